@@ -1,0 +1,254 @@
+"""`Lab`: the lifecycle of N ipyparallel MPI engines running Horovod, and runs on them.
+
+Start/stop come in pairs (ipyparallel's own style); `with Lab(...) as lab:` tears everything
+down, and an `atexit` hook stops labs a notebook forgot. TensorFlow and Horovod are imported only
+on the engines (by `hpclab.engine`), never here.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import shutil
+import signal
+import sys
+import time
+import weakref
+from pathlib import Path
+
+from hpclab import paths
+from hpclab.config import ConfigError, RunConfig
+from hpclab.run import Run, RunFailed
+from hpclab.runs import RunStore
+
+LAUNCHERS = ("mpi", "slurm")
+MAX_WORKERS = 512
+_LIVE_LABS: "weakref.WeakSet[Lab]" = weakref.WeakSet()
+
+
+class LabError(RuntimeError):
+    """The lab cannot do what was asked; the message says what to do instead."""
+
+
+def find_mpiexec(explicit: str | None = None) -> str:
+    """`mpiexec` of the MPI Horovod was built against.
+
+    Next to `sys.executable` first (the PyPI `mpich` wheel puts it in the venv's bin/, which a
+    Jupyter kernel may not have on PATH), then PATH (a site MPI from `module load`).
+    """
+    if explicit:
+        if not (Path(explicit).exists() or shutil.which(explicit)):
+            raise LabError(f"mpiexec={explicit!r} does not exist; pass the path of your "
+                           "MPI's mpiexec (or srun).")
+        return explicit
+    beside = Path(sys.executable).parent / "mpiexec"
+    if beside.exists():
+        return str(beside)
+    found = shutil.which("mpiexec")
+    if found:
+        return found
+    raise LabError("no mpiexec found next to this Python or on PATH; run `make setup` "
+                   "(installs MPICH into .venv) or load your site's MPI module.")
+
+
+def _check_args(workers, launcher, threads_per_worker, start_timeout) -> None:
+    if not isinstance(workers, int) or isinstance(workers, bool) or not 1 <= workers <= MAX_WORKERS:
+        raise ConfigError(f"Lab.workers must be an integer from 1 to {MAX_WORKERS}; "
+                          f"you passed workers={workers!r}.")
+    if launcher not in LAUNCHERS:
+        raise ConfigError(f"Lab.launcher must be one of {', '.join(map(repr, LAUNCHERS))}; "
+                          f"you passed launcher={launcher!r}.")
+    if (not isinstance(threads_per_worker, int) or isinstance(threads_per_worker, bool)
+            or not 1 <= threads_per_worker <= 256):
+        raise ConfigError("Lab.threads_per_worker must be an integer from 1 to 256; "
+                          f"you passed threads_per_worker={threads_per_worker!r}.")
+    if (isinstance(start_timeout, bool) or not isinstance(start_timeout, (int, float))
+            or not 1 <= start_timeout <= 3600):
+        raise ConfigError("Lab.start_timeout must be a number of seconds from 1 to 3600; "
+                          f"you passed start_timeout={start_timeout!r}.")
+
+
+class Lab:
+    """N MPI engines with Horovod initialised, ready to train.
+
+    >>> with Lab(workers=2) as lab:
+    ...     run = lab.run(RunConfig())
+    ...     run.wait()
+    """
+
+    def __init__(self, workers: int = 2, *, launcher: str = "mpi", threads_per_worker: int = 1,
+                 runs_dir: str | Path | None = None, data_dir: str | Path | None = None,
+                 start_timeout: float = 90, mpiexec: str | None = None, verbose: bool = True):
+        _check_args(workers, launcher, threads_per_worker, start_timeout)
+        self.workers = workers
+        self.launcher = launcher
+        self.threads_per_worker = threads_per_worker
+        self.start_timeout = start_timeout
+        self.runs_dir = Path(runs_dir) if runs_dir is not None else paths.runs_dir()
+        self.data_dir = Path(data_dir) if data_dir is not None else paths.data_dir()
+        self.verbose = verbose
+        self._mpiexec = mpiexec
+        self.client = None
+        self.view = None
+        self.ranks: list[dict] = []
+        self.current_run: Run | None = None
+        self.startup_s: float | None = None
+        self._cluster = None
+        self._engine_ids: list[int] = []
+        self._lost: str | None = None
+        self.start()
+        _LIVE_LABS.add(self)
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the controller and `workers` MPI engines, then Horovod on each."""
+        import ipyparallel as ipp
+        from traitlets.config import Config
+        from hpclab import engine
+
+        if self._cluster is not None:
+            return
+        t0 = time.perf_counter()
+        config = Config()
+        if self.launcher == "mpi":
+            config.MPILauncher.mpi_cmd = [find_mpiexec(self._mpiexec)]
+        # Engines inherit this environment: quiet TF, and no hidden thread oversubscription.
+        env = {"TF_CPP_MIN_LOG_LEVEL": "2", "OMP_NUM_THREADS": str(self.threads_per_worker),
+               "PYTHONUNBUFFERED": "1"}
+        config.EngineLauncher.environment = env
+        self.runs_dir.mkdir(parents=True, exist_ok=True)
+        cluster = ipp.Cluster(engines=self.launcher, n=self.workers, config=config,
+                              engine_timeout=int(self.start_timeout),
+                              log_level=logging.WARNING)
+        self._cluster = cluster
+        try:
+            self.client = cluster.start_and_connect_sync()
+        except (TimeoutError, ipp.error.TimeoutError) as exc:
+            output = self.launcher_output()
+            self.stop()
+            raise LabError(f"{self.workers} MPI engines did not register within "
+                           f"{self.start_timeout:g} s ({exc}); check that `hpclab doctor` passes."
+                           + (f"\nmpiexec said:\n{output[-2000:]}" if output else "")) from None
+        ids = sorted(self.client.ids)
+        identities = self.client[ids].apply_sync(engine.init_worker, self.threads_per_worker)
+        order = sorted(range(len(ids)), key=lambda i: identities[i]["rank"])
+        self._engine_ids = [ids[i] for i in order]
+        self.ranks = [dict(identities[i], engine_id=ids[i]) for i in order]
+        self.view = self.client[self._engine_ids]
+        self._lost = None
+        self.startup_s = time.perf_counter() - t0
+        if self.verbose:
+            print(f"hpclab: {self.workers} MPI engine(s) with Horovod ready in "
+                  f"{self.startup_s:.1f} s")
+
+    def stop(self) -> None:
+        """Stop a running run (if any), the engines and the controller."""
+        if self.current_run is not None and not self.current_run.done and self._lost is None:
+            self.current_run.stop(timeout=5)
+        cluster, self._cluster = self._cluster, None
+        if self.client is not None:
+            try:
+                self.client.close()
+            except Exception:  # closing a client whose engines died can fail; nothing to keep
+                pass
+        self.client = self.view = None
+        if cluster is not None:
+            cluster.stop_cluster_sync()
+
+    def restart(self, workers: int | None = None) -> None:
+        """Fresh engines (after a failure, or to change the number of workers)."""
+        if workers is not None:
+            _check_args(workers, self.launcher, self.threads_per_worker, self.start_timeout)
+            self.workers = workers
+        self.stop()
+        self.start()
+
+    def __enter__(self) -> "Lab":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        state = "lost" if self._lost else ("running" if self._cluster else "stopped")
+        return f"<Lab workers={self.workers} launcher={self.launcher!r} {state}>"
+
+    @property
+    def healthy(self) -> bool:
+        return self._cluster is not None and self._lost is None
+
+    def launcher_output(self) -> str:
+        """What mpiexec and the engines printed (for naming a rank that died)."""
+        if self._cluster is None:
+            return ""
+        return "".join(es.get_output() or "" for es in self._cluster.engines.values())
+
+    # -- runs -------------------------------------------------------------------------------------
+    def run(self, cfg: RunConfig) -> Run:
+        """Start `cfg` on every rank and return its `Run` at once."""
+        from hpclab import engine
+
+        if not isinstance(cfg, RunConfig):
+            raise ConfigError(f"Lab.run needs a RunConfig; you passed {type(cfg).__name__}.")
+        if self.current_run is not None and not self.current_run.done:
+            raise LabError(f"run {self.current_run.run_id} is still running; call "
+                           "run.stop() or run.wait() before starting another.")
+        if self._lost is not None:
+            if self.verbose:
+                print(f"hpclab: the previous engines were lost ({self._lost}); restarting them.")
+            self.restart()
+        if self._cluster is None:
+            raise LabError("this lab is stopped; call lab.start() or make a new Lab.")
+        cfg.global_batch(self.workers)  # validates workers against cfg (raises ConfigError)
+        store = RunStore(self.runs_dir)
+        store.create({"config": cfg.to_dict(), "workers": self.workers,
+                      "derived": cfg.derived(self.workers),
+                      "lab": {"launcher": self.launcher, "threads_per_worker": self.threads_per_worker,
+                              "ranks": self.ranks}})
+        results = [self.client[eid].apply_async(engine.train, cfg.to_dict(), str(store.path),
+                                                str(self.data_dir))
+                   for eid in self._engine_ids]
+        run = Run(config=cfg, workers=self.workers, store=store, results=results, ranks=self.ranks,
+                  on_engines_lost=self._engines_lost, abort=self._abort,
+                  launcher_output=self.launcher_output)
+        self.current_run = run
+        return run
+
+    def run_and_wait(self, cfg: RunConfig, timeout: float | None = None) -> Run:
+        run = self.run(cfg)
+        run.wait(timeout)
+        return run
+
+    def _engines_lost(self, why: str) -> None:
+        self._lost = why
+
+    def _abort(self) -> None:
+        """Last resort: end the MPI job (signals land at different points on different ranks)."""
+        if self._cluster is None:
+            return
+        try:
+            self._cluster.signal_engines_sync(signal.SIGKILL)
+        except Exception as exc:  # already gone is fine; say anything else
+            if self.verbose:
+                print(f"hpclab: aborting the engines reported {exc!r}")
+
+    def sweep(self, cfg: RunConfig, *, progress=None, **grid):
+        from hpclab.sweep import run_sweep
+        return run_sweep(self, cfg, progress=progress, **grid)
+
+    def panel(self):
+        from hpclab.controls import Panel
+        return Panel(self).widget
+
+
+@atexit.register
+def _stop_forgotten_labs() -> None:
+    for lab in list(_LIVE_LABS):
+        try:
+            lab.stop()
+        except Exception:  # interpreter shutdown: best effort only
+            pass
+
+
+__all__ = ["Lab", "LabError", "Run", "RunFailed", "find_mpiexec"]

@@ -1,0 +1,250 @@
+"""RunConfig: every knob of one training run, validated before any engine starts.
+
+One frozen dataclass, a short comment per field (the nanoGPT way). Plain dicts cross to the
+engines (`to_dict`), never this object, so engines need nothing from the client's session.
+Derived numbers (global batch, scaled peak LR, steps per epoch) are computed here, in one place,
+by the pure rules in :mod:`hpclab.scaling`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from hpclab import scaling
+
+DATASETS = ("mnist1d", "synthetic", "mnist", "fashion_mnist", "cifar10")
+MODELS = ("mlp", "cnn1d", "resnet20", "resnet50")
+OPTIMIZERS = ("sgd", "momentum", "lars", "lamb", "adam")
+LR_SCALINGS = scaling.RULES  # ("none", "linear", "sqrt")
+LR_SCHEDULES = ("constant", "cosine")
+PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
+
+# Which models accept which input kind: 1-D signals (MNIST-1D) or images (H, W, C).
+_MODEL_INPUT = {"mlp": ("1d", "image"), "cnn1d": ("1d",), "resnet20": ("image",), "resnet50": ("image",)}
+_DATASET_INPUT = {"mnist1d": "1d", "synthetic": "image", "mnist": "image",
+                  "fashion_mnist": "image", "cifar10": "image"}
+
+# Train/validation sizes of the staged datasets; MNIST-1D and synthetic are sized by `num_samples`.
+_STAGED_SIZES = {"mnist": (60000, 10000), "fashion_mnist": (60000, 10000), "cifar10": (50000, 10000)}
+MNIST1D_VALIDATION_FRACTION = 0.2
+
+
+class ConfigError(ValueError):
+    """A configuration value is not allowed. The message names the field, the value and the rule."""
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """One training run. All sizes are per worker unless the name says global."""
+
+    # -- data and model -------------------------------------------------------------------
+    dataset: str = "mnist1d"          # mnist1d | synthetic | mnist | fashion_mnist | cifar10
+    num_samples: int = 20000          # mnist1d/synthetic: samples generated (20 % held out for validation)
+    image_shape: tuple = (32, 32, 3)  # synthetic: H, W, C of the random images
+    model: str = "cnn1d"              # mlp | cnn1d | resnet20 | resnet50
+    # -- batch and learning rate --------------------------------------------------------------
+    batch_per_worker: int = 64        # samples per rank per step; global batch = this x workers
+    epochs: float = 6                 # passes over the training set (fractions allowed)
+    optimizer: str = "momentum"       # sgd | momentum | lars | lamb | adam
+    base_lr: float = 0.05             # learning rate that works at `base_batch`
+    base_batch: int = 64              # the global batch `base_lr` was tuned for
+    lr_scaling: str = "linear"        # none | linear | sqrt: how the peak LR follows the global batch
+    warmup_epochs: float = 1.0        # linear ramp from base_lr to the peak LR (Goyal et al. 2017)
+    lr_schedule: str = "constant"     # constant | cosine: what follows warm-up
+    momentum: float = 0.9             # momentum / lars / lamb(beta1) / adam(beta1)
+    weight_decay: float = 0.0         # L2 coefficient (decoupled for lamb, in-gradient for lars)
+    lars_eta: float = 0.001           # LARS trust coefficient (You et al. 2017)
+    # -- numerics and communication ----------------------------------------------------------------
+    precision: str = "float32"        # float32 | mixed_float16 | mixed_bfloat16
+    fp16_allreduce: bool = False      # Horovod: compress gradients to float16 for the allreduce
+    # -- engine behaviour ----------------------------------------------------------------------
+    steps_per_call: int = 8           # training steps compiled into one tf.function call
+    publish_every_s: float = 0.5      # live telemetry cadence (0 = telemetry off)
+    noise_scale: bool = True          # estimate the gradient noise scale (McCandlish et al. 2018)
+    max_steps: int = 0                # stop after this many steps (0 = run all epochs)
+    seed: int = 0                     # data generation, shuffling and weight init
+    name: str = ""                    # optional label shown in legends and run listings
+    tags: tuple = field(default=())   # free-form labels (e.g. the sweep a run belongs to)
+
+    def __post_init__(self) -> None:
+        # Normalise list-valued fields coming from JSON/CLI into tuples (hashable, frozen).
+        for name in ("image_shape", "tags"):
+            value = getattr(self, name)
+            if isinstance(value, list):
+                object.__setattr__(self, name, tuple(value))
+        _validate(self)
+
+    # -- derived numbers ------------------------------------------------------------------------
+    def global_batch(self, workers: int) -> int:
+        """Samples per optimizer step across all ranks."""
+        return self.batch_per_worker * _check_workers(workers)
+
+    def peak_lr(self, workers: int) -> float:
+        """The scaled learning rate reached after warm-up (see :func:`hpclab.scaling.scaled_lr`)."""
+        return scaling.scaled_lr(self.base_lr, self.global_batch(workers), self.base_batch,
+                                 self.lr_scaling)
+
+    def train_size(self) -> int:
+        """Training samples in the whole (unsharded) training set."""
+        if self.dataset in _STAGED_SIZES:
+            return _STAGED_SIZES[self.dataset][0]
+        return self.num_samples - self.validation_size()
+
+    def validation_size(self) -> int:
+        if self.dataset in _STAGED_SIZES:
+            return _STAGED_SIZES[self.dataset][1]
+        return int(round(self.num_samples * MNIST1D_VALIDATION_FRACTION))
+
+    def steps_per_epoch(self, workers: int) -> int:
+        """Optimizer steps per epoch: each rank sees train_size / workers samples."""
+        return max(1, self.train_size() // self.global_batch(workers))
+
+    def total_steps(self, workers: int) -> int:
+        steps = max(1, int(math.ceil(self.epochs * self.steps_per_epoch(workers))))
+        return min(steps, self.max_steps) if self.max_steps else steps
+
+    def warmup_steps(self, workers: int) -> int:
+        return int(round(self.warmup_epochs * self.steps_per_epoch(workers)))
+
+    def lr_at(self, step: int, workers: int) -> float:
+        """Learning rate used for optimizer step `step` (0-based)."""
+        return scaling.lr_at_step(step, base_lr=self.base_lr, peak_lr=self.peak_lr(workers),
+                                  warmup_steps=self.warmup_steps(workers),
+                                  total_steps=self.total_steps(workers), schedule=self.lr_schedule)
+
+    def derived(self, workers: int) -> dict:
+        """The numbers worth printing before a run starts."""
+        return {
+            "workers": workers,
+            "global_batch": self.global_batch(workers),
+            "peak_lr": self.peak_lr(workers),
+            "steps_per_epoch": self.steps_per_epoch(workers),
+            "total_steps": self.total_steps(workers),
+            "warmup_steps": self.warmup_steps(workers),
+            "train_samples_per_worker": self.train_size() // workers,
+        }
+
+    def label(self) -> str:
+        """A short human label for legends: the name, or the knobs that usually differ."""
+        if self.name:
+            return self.name
+        rule = self.optimizer if self.optimizer in ("lars", "lamb", "adam") else self.lr_scaling
+        warm = f"+wu{self.warmup_epochs:g}" if self.warmup_epochs else ""
+        prec = "" if self.precision == "float32" else f" {self.precision.replace('mixed_', '')}"
+        return f"b{self.batch_per_worker} {rule}{warm}{prec}"
+
+    # -- (de)serialisation ------------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["image_shape"] = list(self.image_shape)
+        d["tags"] = list(self.tags)
+        return d
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "RunConfig":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ConfigError(f"RunConfig has no field {unknown[0]!r}; known fields: "
+                              f"{', '.join(sorted(known))}.")
+        return cls(**dict(data))
+
+    def replace(self, **changes: Any) -> "RunConfig":
+        """A copy with some fields changed (validated like a new config)."""
+        unknown = sorted(set(changes) - {f.name for f in dataclasses.fields(self)})
+        if unknown:
+            raise ConfigError(f"RunConfig has no field {unknown[0]!r}.")
+        return dataclasses.replace(self, **changes)
+
+
+def field_names() -> list[str]:
+    return [f.name for f in dataclasses.fields(RunConfig)]
+
+
+# ---------------------------------------------------------------------------------------------
+# validation: every message names the field, the value passed and what is allowed
+# ---------------------------------------------------------------------------------------------
+
+def _fail(name: str, value: Any, allowed: str) -> None:
+    raise ConfigError(f"RunConfig.{name} must be {allowed}; you passed {name}={value!r}.")
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v: Any) -> bool:
+    return (isinstance(v, (int, float)) and not isinstance(v, bool)) and math.isfinite(v)
+
+
+def _choice(cfg: RunConfig, name: str, choices: tuple) -> None:
+    value = getattr(cfg, name)
+    if not isinstance(value, str) or value not in choices:
+        _fail(name, value, "one of " + ", ".join(repr(c) for c in choices))
+
+
+def _int_range(cfg: RunConfig, name: str, lo: int, hi: int | None = None) -> None:
+    value = getattr(cfg, name)
+    if not _is_int(value) or value < lo or (hi is not None and value > hi):
+        rule = f"an integer >= {lo}" if hi is None else f"an integer from {lo} to {hi}"
+        _fail(name, value, rule)
+
+
+def _float_range(cfg: RunConfig, name: str, lo: float, hi: float | None = None, *,
+                 lo_open: bool = False) -> None:
+    value = getattr(cfg, name)
+    ok = _is_number(value) and (value > lo if lo_open else value >= lo)
+    ok = ok and (hi is None or value <= hi)
+    if not ok:
+        bound = f"> {lo:g}" if lo_open else f">= {lo:g}"
+        rule = f"a finite number {bound}" + ("" if hi is None else f" and <= {hi:g}")
+        _fail(name, value, rule)
+
+
+def _check_workers(workers: Any) -> int:
+    if not _is_int(workers) or workers < 1:
+        raise ConfigError(f"workers must be an integer >= 1; you passed workers={workers!r}.")
+    return workers
+
+
+def _validate(cfg: RunConfig) -> None:
+    _choice(cfg, "dataset", DATASETS)
+    _choice(cfg, "model", MODELS)
+    _choice(cfg, "optimizer", OPTIMIZERS)
+    _choice(cfg, "lr_scaling", LR_SCALINGS)
+    _choice(cfg, "lr_schedule", LR_SCHEDULES)
+    _choice(cfg, "precision", PRECISIONS)
+    _int_range(cfg, "num_samples", 100, 10_000_000)
+    _int_range(cfg, "batch_per_worker", 1, 65536)
+    _int_range(cfg, "base_batch", 1, 10_000_000)
+    _int_range(cfg, "steps_per_call", 1, 1000)
+    _int_range(cfg, "max_steps", 0)
+    _int_range(cfg, "seed", 0, 2**31 - 1)
+    _float_range(cfg, "epochs", 0.0, 10_000, lo_open=True)
+    _float_range(cfg, "base_lr", 0.0, 100.0, lo_open=True)
+    _float_range(cfg, "warmup_epochs", 0.0, 10_000)
+    _float_range(cfg, "momentum", 0.0, 0.999999)
+    _float_range(cfg, "weight_decay", 0.0, 1.0)
+    _float_range(cfg, "lars_eta", 0.0, 10.0, lo_open=True)
+    _float_range(cfg, "publish_every_s", 0.0, 3600)
+    for name in ("fp16_allreduce", "noise_scale"):
+        if not isinstance(getattr(cfg, name), bool):
+            _fail(name, getattr(cfg, name), "True or False")
+    if not isinstance(cfg.name, str) or len(cfg.name) > 120:
+        _fail("name", cfg.name, "a string of at most 120 characters")
+    if not isinstance(cfg.tags, tuple) or not all(isinstance(t, str) for t in cfg.tags):
+        _fail("tags", cfg.tags, "a list of strings")
+    shape = cfg.image_shape
+    if (not isinstance(shape, tuple) or len(shape) != 3 or not all(_is_int(s) for s in shape)
+            or not all(1 <= s <= 1024 for s in shape)):
+        _fail("image_shape", shape, "three integers (height, width, channels), each 1..1024")
+    kind = _DATASET_INPUT[cfg.dataset]
+    if kind not in _MODEL_INPUT[cfg.model]:
+        fits = [m for m, kinds in _MODEL_INPUT.items() if kind in kinds]
+        _fail("model", cfg.model, f"a model for dataset {cfg.dataset!r}: one of {', '.join(fits)}")
+    if cfg.validation_size() < 1 or cfg.train_size() < cfg.batch_per_worker:
+        _fail("batch_per_worker", cfg.batch_per_worker,
+              f"no larger than the training set ({cfg.train_size()} samples)")

@@ -1,0 +1,101 @@
+"""Measurement math, no TensorFlow: throughput, scaling efficiency, gradient noise scale.
+
+* Throughput is reported the Horovod-benchmark way (horovod/examples/tensorflow2/
+  tensorflow2_synthetic_benchmark.py): skip warm-up iterations, then mean ± 1.96 σ.
+* Scaling efficiency E(N) = T_N / (N · T_1) for throughputs T (weak scaling: fixed per-rank batch).
+* Gradient noise scale B_simple (McCandlish et al. 2018, "An Empirical Model of Large-Batch
+  Training", arXiv:1812.06162, appendix A.1): from squared gradient norms measured at two batch
+  sizes. Data parallelism gives both for free: B_small = per-rank batch (local gradient before the
+  allreduce) and B_big = global batch (after it).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Throughput:
+    mean: float
+    ci95: float          # 1.96 · standard deviation of the per-interval figures
+    n: int               # intervals counted after warm-up
+
+    def __str__(self) -> str:
+        return f"{self.mean:,.0f} ± {self.ci95:,.0f} samples/s (n={self.n})"
+
+
+def throughput_stats(values: Sequence[float], skip: int | float = 0.1) -> Throughput:
+    """Mean ± 1.96σ of per-interval throughputs after dropping the warm-up.
+
+    `skip` is a count of leading intervals, or a fraction of them when < 1 (at least one interval
+    is always kept if any exist).
+    """
+    vals = [float(v) for v in values if v is not None and math.isfinite(float(v))]
+    if not vals:
+        return Throughput(float("nan"), float("nan"), 0)
+    k = int(len(vals) * skip) if isinstance(skip, float) and skip < 1 else int(skip)
+    k = min(k, len(vals) - 1)
+    kept = np.asarray(vals[k:])
+    return Throughput(float(kept.mean()), float(1.96 * kept.std()), int(kept.size))
+
+
+def speedup(t_n: float, t_1: float) -> float:
+    """Throughput ratio T_N / T_1."""
+    return t_n / t_1 if t_1 > 0 else float("nan")
+
+
+def efficiency(t_n: float, t_1: float, n: int) -> float:
+    """Scaling efficiency E(N) = T_N / (N · T_1); 1.0 is perfect linear scaling."""
+    return t_n / (n * t_1) if t_1 > 0 and n > 0 else float("nan")
+
+
+def noise_components(g_small_sq: float, g_big_sq: float, b_small: int, b_big: int
+                     ) -> tuple[float, float]:
+    """Unbiased estimates (|G|², tr Σ) from squared gradient norms at two batch sizes.
+
+    McCandlish et al. 2018, eqs. (A.2)-(A.3):
+        |G|²  ≈ (B_big·|G_big|² − B_small·|G_small|²) / (B_big − B_small)
+        tr Σ ≈ (|G_small|² − |G_big|²) / (1/B_small − 1/B_big)
+    """
+    if b_big <= b_small:
+        return float("nan"), float("nan")
+    g2 = (b_big * g_big_sq - b_small * g_small_sq) / (b_big - b_small)
+    trace = (g_small_sq - g_big_sq) / (1.0 / b_small - 1.0 / b_big)
+    return g2, trace
+
+
+class NoiseScale:
+    """Running B_simple = EMA(tr Σ) / EMA(|G|²).
+
+    The two estimates are individually very noisy (|G|² can come out negative on one step), so
+    numerator and denominator are averaged separately before dividing, as the paper advises.
+    """
+
+    def __init__(self, b_small: int, b_big: int, decay: float = 0.95):
+        self.b_small, self.b_big, self.decay = b_small, b_big, decay
+        self._g2 = None
+        self._trace = None
+        self.count = 0
+
+    def update(self, g_small_sq: float, g_big_sq: float) -> float:
+        g2, trace = noise_components(g_small_sq, g_big_sq, self.b_small, self.b_big)
+        if not (math.isfinite(g2) and math.isfinite(trace)):
+            return self.value
+        if self._g2 is None:
+            self._g2, self._trace = g2, trace
+        else:
+            d = self.decay
+            self._g2 = d * self._g2 + (1 - d) * g2
+            self._trace = d * self._trace + (1 - d) * trace
+        self.count += 1
+        return self.value
+
+    @property
+    def value(self) -> float:
+        if self._g2 is None or self._g2 <= 0:
+            return float("nan")
+        return self._trace / self._g2

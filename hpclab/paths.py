@@ -1,0 +1,38 @@
+"""Where hpclab keeps data and run records.
+
+A checkout (the workshop case) keeps both beside the code: `<checkout>/data` and `<checkout>/runs`,
+whatever folder the notebook runs from. `HPCLAB_DATA` / `HPCLAB_RUNS` override them (e.g. a
+shared, pre-staged data folder on a cluster, or scratch space for runs).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+_PACKAGE = Path(__file__).resolve().parent
+
+
+def project_root() -> Path | None:
+    """The checkout hpclab was installed from (editable install), or None."""
+    root = _PACKAGE.parent
+    return root if (root / "pyproject.toml").exists() else None
+
+
+def _default(env: str, name: str) -> Path:
+    if os.environ.get(env):
+        return Path(os.environ[env]).expanduser().resolve()
+    root = project_root()
+    if root is not None:
+        return root / name
+    return Path.home() / ".cache" / "hpclab" / name
+
+
+def data_dir() -> Path:
+    """Generated and staged datasets ($HPCLAB_DATA, else <checkout>/data)."""
+    return _default("HPCLAB_DATA", "data")
+
+
+def runs_dir() -> Path:
+    """Run records ($HPCLAB_RUNS, else <checkout>/runs)."""
+    return _default("HPCLAB_RUNS", "runs")

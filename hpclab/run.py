@@ -1,0 +1,242 @@
+"""`Run`: the client-side handle of one training run.
+
+A background thread polls each rank's ipyparallel AsyncResult: rank 0's published telemetry
+(datapub keeps only the latest value, so rank 0 publishes the recent rows with their step and the
+client keeps the history), and every rank's completion or death. Rows go to the run folder as they
+arrive (`hpclab.runs.RunStore`), then to any `on_update` callbacks (the dashboard). The handle never
+blocks the notebook: `lab.run()` returns at once and `wait()` is opt-in.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from typing import Callable
+
+import pandas as pd
+
+from hpclab.config import RunConfig
+from hpclab.runs import RunRecord, RunStore
+
+POLL_S = 0.2
+STOP_GRACE_S = 5.0      # after a STOP request, how long before the last-resort abort
+PEER_GRACE_S = 5.0      # a rank raised while others still run: they are blocked in an allreduce
+
+
+class RunFailed(RuntimeError):
+    """A run ended as failed or diverged; the message says why and what to do."""
+
+
+class Run:
+    def __init__(self, *, config: RunConfig, workers: int, store: RunStore, results: list,
+                 ranks: list[dict], on_engines_lost: Callable[[str], None],
+                 abort: Callable[[], None], launcher_output: Callable[[], str]):
+        self.config, self.workers, self._store = config, workers, store
+        self.run_id, self.path = store.run_id, store.path
+        self._results = results            # one AsyncResult per rank, rank order
+        self._ranks = ranks                # init_worker identities, rank order
+        self._on_engines_lost, self._abort = on_engines_lost, abort
+        self._launcher_output = launcher_output
+        self._rows: list[dict] = []
+        self._epochs: list[dict] = []
+        self._callbacks: list[Callable] = []
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        self.summary: dict = {}
+        self.status = "running"
+        self.error: str | None = None
+        self.started = time.time()
+        self._stop_requested_at: float | None = None
+        self._thread = threading.Thread(target=self._monitor, name=f"hpclab-run-{self.run_id}",
+                                        daemon=True)
+        self._thread.start()
+
+    # -- public ---------------------------------------------------------------------------
+    @property
+    def history(self) -> pd.DataFrame:
+        with self._lock:
+            return pd.DataFrame(list(self._rows))
+
+    @property
+    def epochs(self) -> pd.DataFrame:
+        with self._lock:
+            return pd.DataFrame(list(self._epochs))
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def wait(self, timeout: float | None = None) -> dict:
+        """Block until the run ends; return the summary. Raises RunFailed if it failed/diverged,
+        TimeoutError if it is still running after `timeout` seconds (the run goes on)."""
+        if not self._done.wait(timeout):
+            raise TimeoutError(f"run {self.run_id} is still running after {timeout} s "
+                               "(it goes on; call run.stop() to end it).")
+        if self.status in ("failed", "diverged"):
+            raise RunFailed(f"run {self.run_id} {self.status}: {self.error}")
+        return self.summary
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Ask every rank to stop after the same step; wait up to `timeout` s for them."""
+        if self.done:
+            return
+        self._stop_requested_at = time.time()
+        self._store.request_stop()
+        self._done.wait(timeout)
+
+    def on_update(self, callback: Callable[["Run"], None]) -> None:
+        """Call `callback(run)` from the monitor thread after new rows and once at the end."""
+        self._callbacks.append(callback)
+        if self.done:
+            callback(self)
+
+    def record(self) -> RunRecord:
+        return RunRecord(path=self.path, meta={"config": self.config.to_dict(),
+                                               "workers": self.workers, "run_id": self.run_id},
+                         summary=dict(self.summary), history=self.history, epochs=self.epochs)
+
+    @property
+    def label(self) -> str:
+        return f"{self.config.label()} ×{self.workers}"
+
+    def __repr__(self) -> str:
+        return f"<Run {self.run_id} {self.label!r} {self.status}>"
+
+    # -- monitor thread ---------------------------------------------------------------------
+    def _monitor(self) -> None:
+        try:
+            while True:
+                self._take_telemetry()
+                finished = [r.ready() for r in self._results]
+                if all(finished):
+                    self._finish()
+                    return
+                if any(finished) and self._peer_failed():
+                    return
+                if (self._stop_requested_at is not None
+                        and time.time() - self._stop_requested_at > STOP_GRACE_S):
+                    self._fail("the ranks did not stop within "
+                               f"{STOP_GRACE_S:.0f} s of the stop request and were aborted; "
+                               "call lab.restart() for fresh engines", engines_lost=True)
+                    return
+                time.sleep(POLL_S)
+        except Exception as exc:  # the monitor must never die silently: record why
+            self._fail(f"the run monitor failed: {exc!r}", engines_lost=False)
+
+    def _take_telemetry(self) -> None:
+        data = self._results[0].data or {}
+        payload = data.get("hpclab")
+        if not payload:
+            return
+        self._merge(payload.get("rows", []), payload.get("epochs", []))
+
+    def _merge(self, rows: list[dict], epochs: list[dict]) -> None:
+        with self._lock:
+            last = self._rows[-1]["step"] if self._rows else -1
+            new_rows = [r for r in rows if r["step"] > last]
+            new_epochs = epochs[len(self._epochs):]
+            self._rows.extend(new_rows)
+            self._epochs.extend(new_epochs)
+        if new_rows:
+            self._store.append_history(new_rows)
+        if new_epochs:
+            self._store.append_epochs(new_epochs)
+        if new_rows or new_epochs:
+            self._notify()
+
+    def _notify(self) -> None:
+        for cb in list(self._callbacks):
+            try:
+                cb(self)
+            except Exception as exc:  # a broken chart must not stop the run's bookkeeping
+                print(f"hpclab: an on_update callback failed: {exc!r}")
+
+    def _finish(self) -> None:
+        outcomes = [r.get(return_exceptions=True) for r in self._results]
+        errors = [(i, o) for i, o in enumerate(outcomes) if isinstance(o, BaseException)]
+        if errors:
+            self._fail(self._describe_errors(errors),
+                       engines_lost=any(_is_engine_death(o) for _, o in errors))
+            return
+        rank0 = outcomes[0]
+        self._merge(rank0.pop("rows", []), rank0.pop("epochs", []))
+        summary = {k: v for k, v in rank0.items() if k != "rank"}
+        summary["weights_digest"] = [o["weights_digest"] for o in outcomes]
+        summary["rank_samples_per_sec"] = [o.get("rank_samples_per_sec") for o in outcomes]
+        self._complete(summary["status"], summary.get("error"), summary)
+
+    def _peer_failed(self) -> bool:
+        """A rank ended with an error while others run: they wait in an allreduce forever."""
+        failed = []
+        for i, r in enumerate(self._results):
+            if r.ready():
+                outcome = r.get(return_exceptions=True)
+                if isinstance(outcome, BaseException):
+                    failed.append((i, outcome))
+        if not failed:
+            return False
+        if any(_is_engine_death(o) for _, o in failed):
+            deadline = time.time() + 2.0  # MPICH ends the whole job; let the others report
+            while time.time() < deadline and not all(r.ready() for r in self._results):
+                time.sleep(POLL_S)
+            if all(r.ready() for r in self._results):
+                self._finish()
+                return True
+        time.sleep(PEER_GRACE_S)
+        if all(r.ready() for r in self._results):
+            self._finish()
+            return True
+        self._fail(self._describe_errors(failed) + "; the other ranks were aborted",
+                   engines_lost=True)
+        return True
+
+    def _describe_errors(self, errors: list) -> str:
+        deaths = [(i, o) for i, o in errors if _is_engine_death(o)]
+        if deaths:
+            first = self._first_dead_rank()
+            who = (f"rank {first['rank']} (pid {first['pid']} on {first['host']}) died first"
+                   if first else f"rank {deaths[0][0]} died")
+            return (f"{who} and MPI ended every rank; the engines are gone — "
+                    "call lab.restart() for a fresh set")
+        i, exc = errors[0]
+        name = getattr(exc, "ename", type(exc).__name__)
+        value = getattr(exc, "evalue", str(exc))
+        return f"rank {i} raised {name}: {value}"
+
+    def _first_dead_rank(self) -> dict | None:
+        """Which rank died first: MPICH's launcher names it (RANK n PID p ... EXIT/KILLED)."""
+        text = self._launcher_output()
+        for match in re.finditer(r"RANK\s+(\d+)\s+PID\s+(\d+)", text):
+            rank = int(match.group(1))
+            if rank < len(self._ranks):
+                return self._ranks[rank]
+        return None
+
+    def _fail(self, message: str, *, engines_lost: bool) -> None:
+        if engines_lost:
+            self._abort()
+            self._on_engines_lost(message)
+        self._complete("failed", message, {"status": "failed", "error": message,
+                                            "world_size": self.workers})
+
+    def _complete(self, status: str, error: str | None, summary: dict) -> None:
+        summary = {**summary, "run_id": self.run_id, "status": status, "error": error,
+                   "config": self.config.to_dict(),
+                   "wall_time_s": summary.get("wall_time_s", time.time() - self.started)}
+        try:
+            self._store.write_summary(summary)
+        except OSError as exc:  # e.g. a full disk: keep the result in memory, say so
+            summary["error"] = (error or "") + f" (summary not written to disk: {exc})"
+        with self._lock:
+            self.summary, self.status, self.error = summary, status, summary["error"]
+        try:
+            self._store.stop_file.unlink(missing_ok=True)
+        except OSError:
+            pass
+        self._done.set()
+        self._notify()
+
+
+def _is_engine_death(exc: BaseException) -> bool:
+    return type(exc).__name__ == "EngineError" or getattr(exc, "ename", "") == "EngineError"

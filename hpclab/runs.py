@@ -1,0 +1,223 @@
+"""Run records on disk: one folder per run, written atomically, readable after a kernel restart.
+
+Layout (see docs/architecture.md)::
+
+    runs/<run_id>/config.json     what was asked for, plus the derived numbers
+    runs/<run_id>/metrics.jsonl   one live-history row per line (appended as rows arrive)
+    runs/<run_id>/epochs.jsonl    one row per finished epoch
+    runs/<run_id>/summary.json    the outcome (written last, atomically)
+    runs/<run_id>/STOP            present while a stop is requested
+
+JSON files are replaced atomically (write to a temp file in the same folder, fsync, rename), so
+a crash or a full disk leaves the previous complete version, never half a file. JSONL appends
+are line-sized; a torn last line (crash mid-write) is skipped when reading.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import os
+import secrets
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+import pandas as pd
+
+STOP_FILE = "STOP"
+
+
+def default_root() -> Path:
+    """Where runs are recorded: $HPCLAB_RUNS, else <checkout>/runs (see hpclab.paths)."""
+    from hpclab.paths import runs_dir
+    return runs_dir()
+
+
+def new_run_id() -> str:
+    now = _dt.datetime.now()
+    return f"{now:%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
+
+
+def _clean(value: Any) -> Any:
+    """Make a value strict-JSON safe: NaN/inf become None, numpy scalars become Python."""
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        try:
+            value = value.item()
+        except (TypeError, ValueError):
+            pass
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Replace `path` with `data` as JSON, atomically (temp file + fsync + rename)."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(_clean(data), f, indent=1, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def append_jsonl(path: Path, rows: Iterable[dict]) -> None:
+    """Append rows to a JSON-lines file (one write call for the batch)."""
+    text = "".join(json.dumps(_clean(r), sort_keys=True) + "\n" for r in rows)
+    if text:
+        with open(path, "a") as f:
+            f.write(text)
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    rows = []
+    try:
+        with open(path) as f:
+            for line in f:
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError:
+                    continue  # a torn last line after a crash
+    except FileNotFoundError:
+        pass
+    return rows
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return {}
+
+
+@dataclass
+class RunRecord:
+    """A run as recorded on disk (also what `compare`, `report` and the dashboard overlay read)."""
+
+    path: Path
+    meta: dict = field(default_factory=dict)        # config.json
+    summary: dict = field(default_factory=dict)     # summary.json ({} while running)
+    history: pd.DataFrame = field(default_factory=pd.DataFrame)
+    epochs: pd.DataFrame = field(default_factory=pd.DataFrame)
+
+    @property
+    def run_id(self) -> str:
+        return self.meta.get("run_id", self.path.name)
+
+    @property
+    def config(self) -> dict:
+        return self.meta.get("config", {})
+
+    @property
+    def workers(self) -> int:
+        return int(self.meta.get("workers", self.summary.get("world_size", 1)))
+
+    @property
+    def status(self) -> str:
+        return self.summary.get("status", "running" if self.meta else "unknown")
+
+    @property
+    def label(self) -> str:
+        """Legend text: the config's label plus the worker count."""
+        from hpclab.config import RunConfig
+        try:
+            base = RunConfig.from_dict(self.config).label()
+        except ValueError:
+            base = self.run_id
+        return f"{base} ×{self.workers}"
+
+
+class RunStore:
+    """Writes one run's folder. The client-side `Run` owns one; nothing else writes there."""
+
+    def __init__(self, root: Path | str | None = None, run_id: str | None = None):
+        self.root = Path(root) if root is not None else default_root()
+        self.run_id = run_id or new_run_id()
+        self.path = self.root / self.run_id
+
+    def create(self, meta: dict) -> None:
+        self.path.mkdir(parents=True, exist_ok=False)
+        write_json_atomic(self.path / "config.json", {**meta, "run_id": self.run_id,
+                                                       "created": _dt.datetime.now().isoformat()})
+
+    def append_history(self, rows: list[dict]) -> None:
+        append_jsonl(self.path / "metrics.jsonl", rows)
+
+    def append_epochs(self, rows: list[dict]) -> None:
+        append_jsonl(self.path / "epochs.jsonl", rows)
+
+    def write_summary(self, summary: dict) -> None:
+        write_json_atomic(self.path / "summary.json", summary)
+
+    @property
+    def stop_file(self) -> Path:
+        return self.path / STOP_FILE
+
+    def request_stop(self) -> None:
+        self.stop_file.touch()
+
+
+def load_run(path: Path | str) -> RunRecord:
+    """Read a run folder (finished or not). Raises FileNotFoundError naming the folder."""
+    path = Path(path)
+    if not (path / "config.json").exists():
+        raise FileNotFoundError(f"{path} is not an hpclab run folder (no config.json in it).")
+    return RunRecord(path=path, meta=_read_json(path / "config.json"),
+                     summary=_read_json(path / "summary.json"),
+                     history=pd.DataFrame(read_jsonl(path / "metrics.jsonl")),
+                     epochs=pd.DataFrame(read_jsonl(path / "epochs.jsonl")))
+
+
+def list_runs(root: Path | str | None = None) -> pd.DataFrame:
+    """One row per recorded run under `root` (default: hpclab.paths.runs_dir()), newest first."""
+    root = Path(root) if root is not None else default_root()
+    rows = []
+    for cfg_path in sorted(root.glob("*/config.json")):
+        meta = _read_json(cfg_path)
+        summary = _read_json(cfg_path.parent / "summary.json")
+        cfg = meta.get("config", {})
+        rows.append({
+            "run_id": meta.get("run_id", cfg_path.parent.name),
+            "status": summary.get("status", "running?"),
+            "name": cfg.get("name", ""),
+            "dataset": cfg.get("dataset"), "model": cfg.get("model"),
+            "workers": meta.get("workers"),
+            "global_batch": meta.get("derived", {}).get("global_batch"),
+            "lr_scaling": cfg.get("lr_scaling"), "optimizer": cfg.get("optimizer"),
+            "precision": cfg.get("precision"),
+            "val_accuracy": summary.get("val_accuracy"),
+            "samples_per_sec": summary.get("samples_per_sec"),
+            "wall_time_s": summary.get("wall_time_s"),
+            "created": meta.get("created"),
+            "path": str(cfg_path.parent),
+        })
+    df = pd.DataFrame(rows)
+    if not df.empty:
+        df = df.sort_values("created", ascending=False, na_position="last").reset_index(drop=True)
+    return df
+
+
+def find_finished(root: Path | str | None, config: dict, workers: int) -> Path | None:
+    """The folder of a finished run with exactly this config and worker count, if any."""
+    root = Path(root) if root is not None else default_root()
+    for cfg_path in sorted(root.glob("*/config.json")):
+        meta = _read_json(cfg_path)
+        if meta.get("config") == config and meta.get("workers") == workers:
+            if _read_json(cfg_path.parent / "summary.json").get("status") == "finished":
+                return cfg_path.parent
+    return None

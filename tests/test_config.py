@@ -1,0 +1,135 @@
+"""RunConfig validation, serialisation and derived numbers (fast: no TF, no MPI)."""
+
+import math
+
+import pytest
+
+from hpclab import ConfigError, RunConfig
+from hpclab.cluster import Lab
+
+# (field, bad value, words the message must contain besides the field and value)
+BAD = [
+    ("dataset", "imagenet", "one of"),
+    ("dataset", 3, "one of"),
+    ("model", "vgg", "one of"),
+    ("model", "resnet20", "a model for dataset 'mnist1d'"),    # images model on 1-D data
+    ("optimizer", "rmsprop", "one of"),
+    ("lr_scaling", "quadratic", "one of"),
+    ("lr_schedule", "step", "one of"),
+    ("precision", "fp8", "one of"),
+    ("precision", "float16", "one of"),
+    ("batch_per_worker", 0, "integer"),
+    ("batch_per_worker", -4, "integer"),
+    ("batch_per_worker", 64.0, "integer"),
+    ("batch_per_worker", "64", "integer"),
+    ("batch_per_worker", True, "integer"),
+    ("batch_per_worker", 20000, "training set"),                # larger than the data
+    ("base_batch", 0, "integer"),
+    ("epochs", 0, "> 0"),
+    ("epochs", float("nan"), "finite"),
+    ("epochs", "six", "finite"),
+    ("base_lr", 0.0, "> 0"),
+    ("base_lr", -0.1, "> 0"),
+    ("base_lr", float("inf"), "finite"),
+    ("warmup_epochs", -1, ">= 0"),
+    ("momentum", 1.0, "<= 0.999999"),
+    ("momentum", -0.5, ">= 0"),
+    ("weight_decay", -1e-4, ">= 0"),
+    ("lars_eta", 0.0, "> 0"),
+    ("num_samples", 10, "integer from 100"),
+    ("steps_per_call", 0, "integer from 1"),
+    ("publish_every_s", -1, ">= 0"),
+    ("max_steps", -1, "integer >= 0"),
+    ("seed", -1, "integer from 0"),
+    ("fp16_allreduce", "yes", "True or False"),
+    ("noise_scale", 1, "True or False"),
+    ("image_shape", (32, 32), "three integers"),
+    ("image_shape", (32, 0, 3), "three integers"),
+    ("name", 5, "string"),
+    ("tags", ("ok", 3), "list of strings"),
+]
+
+
+@pytest.mark.parametrize("field,value,words", BAD, ids=[f"{f}={v!r}" for f, v, _ in BAD])
+def test_bad_values_name_field_value_and_rule(field, value, words):
+    with pytest.raises(ValueError) as info:
+        RunConfig(**{field: value})
+    msg = str(info.value)
+    assert field in msg
+    assert repr(value) in msg
+    assert words in msg
+
+
+def test_unknown_field_is_named():
+    with pytest.raises(ConfigError, match="no field 'batchsize'"):
+        RunConfig.from_dict({"batchsize": 32})
+    with pytest.raises(ConfigError, match="no field 'lr'"):
+        RunConfig().replace(lr=0.1)
+
+
+@pytest.mark.parametrize("kwargs,words", [
+    ({"workers": 0}, "workers"), ({"workers": 2.0}, "workers"), ({"workers": "2"}, "workers"),
+    ({"workers": 10_000}, "workers"), ({"launcher": "pbs"}, "launcher"),
+    ({"threads_per_worker": 0}, "threads_per_worker"), ({"start_timeout": -5}, "start_timeout"),
+])
+def test_bad_lab_arguments_fail_before_any_engine_starts(kwargs, words):
+    with pytest.raises(ValueError, match=words):
+        Lab(**kwargs)  # would take seconds if it started engines; it must fail first
+
+
+def test_round_trip_through_plain_dict():
+    cfg = RunConfig(batch_per_worker=32, lr_scaling="sqrt", image_shape=(8, 8, 1),
+                    tags=("sweep-a",), name="x")
+    d = cfg.to_dict()
+    assert isinstance(d["image_shape"], list)
+    assert RunConfig.from_dict(d) == cfg
+
+
+def test_frozen():
+    with pytest.raises(AttributeError):
+        RunConfig().epochs = 3
+
+
+@pytest.mark.parametrize("rule,workers,expected", [
+    ("none", 4, 0.05), ("linear", 4, 0.05 * 256 / 64), ("sqrt", 4, 0.05 * math.sqrt(256 / 64)),
+    ("linear", 1, 0.05), ("linear", 2, 0.1),
+])
+def test_peak_lr_follows_the_rule(rule, workers, expected):
+    cfg = RunConfig(batch_per_worker=64, base_batch=64, base_lr=0.05, lr_scaling=rule)
+    assert cfg.global_batch(workers) == 64 * workers
+    assert cfg.peak_lr(workers) == pytest.approx(expected, rel=1e-12)
+
+
+def test_warmup_ramps_per_step_then_holds():
+    cfg = RunConfig(num_samples=10000, batch_per_worker=50, base_batch=50, base_lr=0.1,
+                    lr_scaling="linear", warmup_epochs=1, epochs=3)
+    w = 2
+    spe = cfg.steps_per_epoch(w)
+    assert spe == 8000 // 100
+    assert cfg.warmup_steps(w) == spe
+    lrs = [cfg.lr_at(s, w) for s in range(cfg.total_steps(w))]
+    assert lrs[0] == pytest.approx(0.1)
+    assert lrs[spe // 2] == pytest.approx(0.1 + (0.2 - 0.1) * (spe // 2) / spe)
+    assert all(b > a for a, b in zip(lrs[:spe], lrs[1:spe]))  # strictly increasing ramp
+    assert lrs[spe:] == [pytest.approx(0.2)] * (len(lrs) - spe)
+
+
+def test_cosine_schedule_ends_near_zero():
+    cfg = RunConfig(lr_schedule="cosine", warmup_epochs=0, lr_scaling="none", epochs=2)
+    n = cfg.total_steps(1)
+    assert cfg.lr_at(0, 1) == pytest.approx(cfg.base_lr)
+    assert cfg.lr_at(n - 1, 1) < 0.01 * cfg.base_lr
+
+
+def test_steps_and_max_steps():
+    cfg = RunConfig(num_samples=20000, batch_per_worker=64, epochs=6)
+    assert cfg.steps_per_epoch(2) == 16000 // 128
+    assert cfg.total_steps(2) == 6 * (16000 // 128)
+    assert cfg.replace(max_steps=10).total_steps(2) == 10
+
+
+def test_label_names_the_knobs():
+    assert RunConfig(batch_per_worker=256, lr_scaling="sqrt").label() == "b256 sqrt+wu1"
+    assert RunConfig(optimizer="lars", warmup_epochs=0).label() == "b64 lars"
+    assert "bfloat16" in RunConfig(precision="mixed_bfloat16").label()
+    assert RunConfig(name="mine").label() == "mine"
