@@ -42,7 +42,7 @@ class RunConfig:
 
     # -- data and model -------------------------------------------------------------------
     dataset: str = "mnist1d"          # mnist1d | synthetic | mnist | fashion_mnist | cifar10
-    num_samples: int = 20000          # mnist1d/synthetic: samples generated (20 % held out for validation)
+    num_samples: int = 40000          # mnist1d/synthetic: samples generated (20 % held out for validation)
     image_shape: tuple = (32, 32, 3)  # synthetic: H, W, C of the random images
     model: str = "cnn1d"              # mlp | cnn1d | resnet20 | resnet50
     # -- batch and learning rate --------------------------------------------------------------

@@ -58,12 +58,13 @@ def init_worker(threads: int = 1) -> dict:
 
 
 def versions() -> dict:
+    import keras
     import numpy as np
     import tensorflow as tf
     import horovod
     from mpi4py import MPI
     return {"python": platform.python_version(), "tensorflow": tf.__version__,
-            "keras": tf.keras.__version__, "horovod": horovod.__version__, "numpy": np.__version__,
+            "keras": keras.__version__, "horovod": horovod.__version__, "numpy": np.__version__,
             "mpi": MPI.Get_library_version().splitlines()[0].strip()}
 
 
@@ -215,7 +216,7 @@ class _Trainer:
         B, world = cfg.batch_per_worker, self.world
         publish = cfg.publish_every_s > 0 and self.rank == 0
         noise = NoiseScale(B, B * world) if (cfg.noise_scale and world > 1) else None
-        rows, epochs, call_rates = [], [], []
+        rows, epochs, call_rates, rank_rates = [], [], [], []
         window = np.zeros(len(_FIELDS))
         window_rank_samples = np.zeros(world)
         window_rank_time = np.zeros(world)
@@ -257,6 +258,7 @@ class _Trainer:
             sps = gathered[:, _F["prev_sps"]]
             if sps.sum() > 0:
                 call_rates.append(float(sps.sum()))
+                rank_rates.append(sps)
             window_rank_samples += gathered[:, _F["prev_steps"]] * B
             window_rank_time += gathered[:, _F["prev_input_s"]] + gathered[:, _F["prev_compute_s"]]
             window_steps += k
@@ -300,7 +302,8 @@ class _Trainer:
                 last_publish = time.perf_counter()
         train_time = time.perf_counter() - t_start
 
-        stats = throughput_stats(call_rates, skip=max(3, int(0.1 * len(call_rates))))
+        skip = max(3, int(0.1 * len(call_rates)))
+        stats = throughput_stats(call_rates, skip=skip)
         last_epoch = epochs[-1] if epochs else {}
         summary = {
             "status": status, "error": error, "rank": self.rank, "world_size": world,
@@ -311,8 +314,8 @@ class _Trainer:
             "train_accuracy": last_epoch.get("accuracy"),
             "samples_per_sec": stats.mean, "samples_per_sec_ci95": stats.ci95,
             "throughput_intervals": stats.n,
-            "rank_samples_per_sec": float(np.mean([r / world for r in call_rates[-50:]]))
-            if call_rates else None,
+            "rank_samples_per_sec": [throughput_stats(col, skip=skip).mean
+                                     for col in np.array(rank_rates).T] if rank_rates else [],
             "noise_scale": noise.value if noise is not None else None,
             "weights_digest": self._digest(),
             "train_time_s": train_time, "wall_time_s": time.time() - wall0,

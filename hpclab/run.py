@@ -163,7 +163,6 @@ class Run:
         self._merge(rank0.pop("rows", []), rank0.pop("epochs", []))
         summary = {k: v for k, v in rank0.items() if k != "rank"}
         summary["weights_digest"] = [o["weights_digest"] for o in outcomes]
-        summary["rank_samples_per_sec"] = [o.get("rank_samples_per_sec") for o in outcomes]
         self._complete(summary["status"], summary.get("error"), summary)
 
     def _peer_failed(self) -> bool:

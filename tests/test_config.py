@@ -23,7 +23,7 @@ BAD = [
     ("batch_per_worker", 64.0, "integer"),
     ("batch_per_worker", "64", "integer"),
     ("batch_per_worker", True, "integer"),
-    ("batch_per_worker", 20000, "training set"),                # larger than the data
+    ("batch_per_worker", 40000, "training set"),                # larger than the data
     ("base_batch", 0, "integer"),
     ("epochs", 0, "> 0"),
     ("epochs", float("nan"), "finite"),

@@ -1,0 +1,293 @@
+"""Data in, datasets out: the arrays of a run, a rank's shard, and the tf.data pipelines.
+
+Datasets (``RunConfig.dataset``):
+
+* ``mnist1d`` (default) — MNIST-1D (Greydanus 2020, "Scaling down deep learning",
+  arXiv:2011.14439): 1-D signals of length 40, 10 classes, generated procedurally by the
+  ``mnist1d`` package (``mnist1d.data.make_dataset``) from ``num_samples`` and ``seed``. Nothing is
+  downloaded: ``mnist1d.data.get_dataset`` would fetch a pickle from GitHub, so it is never called.
+  Generation is slow (about 30 s for 40k samples), so arrays are cached as
+  ``data_dir/mnist1d-n{N}-s{seed}.npz``.
+* ``mnist``, ``fashion_mnist``, ``cifar10`` — read from files the user stages as
+  ``data_dir/<name>.npz`` with keys ``x_train, y_train, x_test, y_test`` (the layout of Keras's
+  ``mnist.npz``); the test split is the validation set. Nothing is downloaded; a missing file
+  raises ``FileNotFoundError`` saying how to stage it.
+* ``synthetic`` — no arrays: like Horovod's ``tensorflow2_synthetic_benchmark.py``, one random
+  batch of ``image_shape`` with random labels (10 classes), repeated every step
+  (:func:`synthetic_train_dataset`). There is no validation set.
+
+Race-safety of the MNIST-1D cache: all ranks of a run call :func:`load_arrays` at once. The first
+to take an exclusive ``flock`` on ``<cache>.lock`` generates the file; the others block on the
+lock and then read the finished file. A lock held by a process that dies is released by the
+kernel, so no stale lock survives a crash. The file itself is written to a per-process temporary
+name and moved into place with ``os.replace`` (atomic on POSIX), so a reader never sees half a
+file; on file systems without ``flock`` (some Lustre mounts) every rank generates its own copy
+and the atomic replace still keeps the cache whole (the copies are identical).
+
+Pipelines: :func:`train_dataset` yields *groups* of ``steps_per_call`` batches stacked along a
+leading axis, the input of an engine step that runs several optimizer steps per ``tf.function``
+call; :func:`eval_dataset` yields plain batches covering every validation sample.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+import tempfile
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+import tensorflow as tf
+
+from hpclab.config import MNIST1D_VALIDATION_FRACTION
+
+try:  # POSIX advisory locks; absent on Windows, where the atomic replace alone protects the cache
+    import fcntl
+except ImportError:  # pragma: no cover
+    fcntl = None
+
+STAGED = ("mnist", "fashion_mnist", "cifar10")
+NUM_CLASSES = 10  # every dataset here has 10 classes (synthetic as in Horovod's benchmark)
+
+
+class Arrays(NamedTuple):
+    """A run's data as NumPy: float32 inputs, int32 labels (``None`` for ``synthetic``)."""
+
+    x_train: np.ndarray | None
+    y_train: np.ndarray | None
+    x_val: np.ndarray | None
+    y_val: np.ndarray | None
+    num_classes: int
+    input_shape: tuple
+
+
+# ---------------------------------------------------------------------------------------------
+# arrays
+# ---------------------------------------------------------------------------------------------
+
+def load_arrays(cfg: dict, data_dir: str | Path) -> Arrays:
+    """The arrays for ``cfg["dataset"]`` (``cfg`` is ``RunConfig.to_dict()``).
+
+    ``mnist1d`` is generated (or read from its cache in ``data_dir``); staged datasets are read from
+    ``data_dir/<name>.npz``; ``synthetic`` returns ``Arrays`` with ``None`` arrays and only
+    ``num_classes`` and ``input_shape`` set.
+    """
+    name = cfg["dataset"]
+    data_dir = Path(data_dir)
+    if name == "mnist1d":
+        return _mnist1d(int(cfg["num_samples"]), int(cfg["seed"]), data_dir)
+    if name in STAGED:
+        return _staged(name, data_dir)
+    if name == "synthetic":
+        return Arrays(None, None, None, None, NUM_CLASSES, tuple(int(d) for d in cfg["image_shape"]))
+    raise ValueError(f"dataset must be one of mnist1d, synthetic, {', '.join(STAGED)}; "
+                     f"you passed dataset={name!r}.")
+
+
+def mnist1d_cache_path(num_samples: int, seed: int, data_dir: str | Path) -> Path:
+    return Path(data_dir) / f"mnist1d-n{int(num_samples)}-s{int(seed)}.npz"
+
+
+def _mnist1d(num_samples: int, seed: int, data_dir: Path) -> Arrays:
+    path = mnist1d_cache_path(num_samples, seed, data_dir)
+    if not path.exists():
+        data_dir.mkdir(parents=True, exist_ok=True)
+        with _exclusive_lock(path.with_name(path.name + ".lock")):
+            if not path.exists():  # another rank may have written it while we waited
+                _atomic_savez(path, **_generate_mnist1d(num_samples, seed))
+    with np.load(path) as f:
+        x, y = f["x"], f["y"]
+    n_val = int(round(num_samples * MNIST1D_VALIDATION_FRACTION))  # = RunConfig.validation_size()
+    n_train = num_samples - n_val
+    return Arrays(x[:n_train], y[:n_train], x[n_train:], y[n_train:], NUM_CLASSES, x.shape[1:])
+
+
+def _generate_mnist1d(num_samples: int, seed: int) -> dict:
+    """Exactly `num_samples` MNIST-1D signals (float32, shape [N, 40]) and int32 labels."""
+    from mnist1d.data import get_dataset_args, make_dataset  # generation only; no get_dataset
+
+    args = get_dataset_args()  # an ObjectView of the paper's defaults
+    # make_dataset makes num_samples // 10 per class: round up, then keep exactly num_samples.
+    args.num_samples = 10 * math.ceil(num_samples / 10)
+    args.seed = seed
+    args.train_split = 1.0 - MNIST1D_VALIDATION_FRACTION  # we re-split below by exact counts
+    # make_dataset reseeds Python's and NumPy's global generators: give the caller theirs back.
+    np_state, py_state = np.random.get_state(), random.getstate()
+    try:
+        d = make_dataset(args)
+    finally:
+        np.random.set_state(np_state)
+        random.setstate(py_state)
+    # make_dataset already shuffles samples; its split is just a cut, so join and cut our own.
+    x = np.concatenate([d["x"], d["x_test"]])[:num_samples].astype(np.float32)
+    y = np.concatenate([d["y"], d["y_test"]])[:num_samples].astype(np.int32)
+    return {"x": x, "y": y}
+
+
+class _exclusive_lock:
+    """``flock`` on a side file; a no-op where the file system does not support it."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.fd = None
+
+    def __enter__(self):
+        if fcntl is None:
+            return self
+        try:
+            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+            fcntl.flock(self.fd, fcntl.LOCK_EX)
+        except OSError:  # e.g. ENOLCK/ENOSYS on a mount without locks: rely on os.replace
+            if self.fd is not None:
+                os.close(self.fd)
+            self.fd = None
+        return self
+
+    def __exit__(self, *exc):
+        if self.fd is not None:
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
+            os.close(self.fd)
+        return False
+
+
+def _atomic_savez(path: Path, **arrays) -> None:
+    """Write to a unique temporary file next to `path`, then rename it into place."""
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.savez(f, **arrays)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _staged(name: str, data_dir: Path) -> Arrays:
+    path = data_dir / f"{name}.npz"
+    if not path.exists():
+        raise FileNotFoundError(
+            f"Dataset {name!r} is read from {path}, and that file does not exist. Nothing is "
+            f"downloaded at run time: stage the file first. On a machine with internet run\n"
+            f"  python -c \"import numpy as np, tensorflow as tf; "
+            f"(a, b), (c, d) = tf.keras.datasets.{name}.load_data(); "
+            f"np.savez_compressed('{name}.npz', x_train=a, y_train=b, x_test=c, y_test=d)\"\n"
+            f"and copy {name}.npz to {path} (keys x_train, y_train, x_test, y_test; uint8 images).")
+    with np.load(path) as f:
+        missing = [k for k in ("x_train", "y_train", "x_test", "y_test") if k not in f.files]
+        if missing:
+            raise ValueError(f"{path} lacks the arrays {', '.join(missing)}; a staged dataset "
+                             f"needs x_train, y_train, x_test, y_test (it has {', '.join(f.files)}).")
+        x_train, y_train, x_test, y_test = (f[k] for k in ("x_train", "y_train", "x_test", "y_test"))
+    x_train, x_test = _images(x_train), _images(x_test)
+    return Arrays(x_train, y_train.reshape(-1).astype(np.int32), x_test,
+                  y_test.reshape(-1).astype(np.int32), NUM_CLASSES, x_train.shape[1:])
+
+
+def _images(x: np.ndarray) -> np.ndarray:
+    """uint8 [0, 255] -> float32 [0, 1]; grey images [N, H, W] get a channel axis [N, H, W, 1]."""
+    scale = 255.0 if np.issubdtype(x.dtype, np.integer) else 1.0
+    x = x.astype(np.float32)
+    if scale != 1.0:
+        x /= scale
+    return x[..., None] if x.ndim == 3 else x
+
+
+# ---------------------------------------------------------------------------------------------
+# sharding
+# ---------------------------------------------------------------------------------------------
+
+def shard(x: np.ndarray, y: np.ndarray, rank: int, world: int) -> tuple[np.ndarray, np.ndarray]:
+    """Rank `rank`'s contiguous slice of `world` equal parts (the remainder is dropped).
+
+    Every rank gets ``len(x) // world`` samples, so all ranks run the same number of steps (a rank
+    with one extra batch would wait forever in an allreduce). The slices are views, not copies.
+    """
+    if not (isinstance(world, int) and world >= 1 and isinstance(rank, int) and 0 <= rank < world):
+        raise ValueError(f"shard needs 0 <= rank < world; you passed rank={rank!r}, "
+                         f"world={world!r}.")
+    if len(x) != len(y):
+        raise ValueError(f"x and y differ in length: {len(x)} inputs, {len(y)} labels.")
+    per = len(x) // world
+    if per == 0:
+        raise ValueError(f"{len(x)} samples cannot be shared by {world} workers: each would get "
+                         "none. Use more samples or fewer workers.")
+    return x[rank * per:(rank + 1) * per], y[rank * per:(rank + 1) * per]
+
+
+# ---------------------------------------------------------------------------------------------
+# tf.data pipelines
+# ---------------------------------------------------------------------------------------------
+
+def _group_epochs(batches: tf.data.Dataset, steps_per_call: int, epochs: float) -> tf.data.Dataset:
+    """One epoch of batches -> groups of `steps_per_call` (shorter last group), ceil(epochs) times."""
+    return (batches.batch(int(steps_per_call), drop_remainder=False)
+            .repeat(max(1, math.ceil(epochs)))
+            .prefetch(tf.data.AUTOTUNE))
+
+
+def train_dataset(x: np.ndarray, y: np.ndarray, *, batch: int, steps_per_epoch: int,
+                  steps_per_call: int, epochs: float, seed: int, rank: int) -> tf.data.Dataset:
+    """Training groups: elements ``(xs, ys)`` of shapes ``[k, batch, *input]`` and ``[k, batch]``.
+
+    Each epoch is a fresh seeded shuffle of this rank's shard (different per rank and per
+    epoch), cut into exactly `steps_per_epoch` full batches (``drop_remainder``), which are grouped
+    by `steps_per_call`: ``k = steps_per_call`` except the epoch's last group, which holds the
+    ``steps_per_epoch % steps_per_call`` leftover batches if any — a group never straddles an
+    epoch boundary. ``ceil(epochs)`` epochs are produced; the engine stops at its total step
+    count. Shuffling permutes indices and gathers whole batches, so the shuffle buffer holds
+    integers, not images.
+    """
+    n = len(x)
+    batch, steps_per_epoch = int(batch), int(steps_per_epoch)
+    if steps_per_epoch < 1 or batch < 1:
+        raise ValueError(f"batch and steps_per_epoch must be >= 1; you passed batch={batch}, "
+                         f"steps_per_epoch={steps_per_epoch}.")
+    if n < batch * steps_per_epoch:
+        raise ValueError(f"This rank holds {n} training samples, fewer than steps_per_epoch x "
+                         f"batch = {steps_per_epoch} x {batch} = {steps_per_epoch * batch}. "
+                         "Lower batch_per_worker or use more samples.")
+    xt = tf.convert_to_tensor(x)
+    yt = tf.convert_to_tensor(y)
+    # Per-rank, per-run seed; reshuffle_each_iteration gives every epoch of the repeat a new order.
+    shuffle_seed = int(seed) * 1_000_003 + int(rank)
+    indices = (tf.data.Dataset.range(n)
+               .shuffle(n, seed=shuffle_seed, reshuffle_each_iteration=True)
+               .batch(batch, drop_remainder=True)
+               .take(steps_per_epoch))
+    groups = _group_epochs(indices, steps_per_call, epochs)
+    return groups.map(lambda idx: (tf.gather(xt, idx), tf.gather(yt, idx)),
+                      num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+
+
+def synthetic_train_dataset(image_shape, *, batch: int, steps_per_epoch: int,
+                            steps_per_call: int, epochs: float, seed: int,
+                            num_classes: int = NUM_CLASSES) -> tf.data.Dataset:
+    """The synthetic benchmark's input with :func:`train_dataset`'s element structure.
+
+    One random float32 batch ``[batch, *image_shape]`` and random int32 labels are generated once
+    (as in Horovod's ``tensorflow2_synthetic_benchmark.py``) and repeated: groups
+    ``[k, batch, ...]`` with the same per-epoch grouping as :func:`train_dataset`.
+    """
+    shape = (int(batch),) + tuple(int(d) for d in image_shape)
+    images = tf.random.stateless_uniform(shape, seed=[int(seed), 0], dtype=tf.float32)
+    labels = tf.random.stateless_uniform((int(batch),), seed=[int(seed), 1], minval=0,
+                                         maxval=int(num_classes), dtype=tf.int32)
+    one_epoch = tf.data.Dataset.from_tensors((images, labels)).repeat(int(steps_per_epoch))
+    return _group_epochs(one_epoch, steps_per_call, epochs)
+
+
+def eval_dataset(x: np.ndarray, y: np.ndarray, batch: int) -> tf.data.Dataset:
+    """Validation batches in order; the last batch keeps the remainder (every sample counts)."""
+    xt = tf.convert_to_tensor(x)
+    yt = tf.convert_to_tensor(y)
+    return (tf.data.Dataset.range(len(x))
+            .batch(int(batch), drop_remainder=False)
+            .map(lambda idx: (tf.gather(xt, idx), tf.gather(yt, idx)),
+                 num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+            .prefetch(tf.data.AUTOTUNE))

@@ -1,0 +1,356 @@
+"""`hpclab doctor`: check the whole stack, from versions to a real 2-rank Horovod allreduce.
+
+Stages, each timed:
+
+1. versions   Python, TensorFlow, Keras, Horovod, the MPI library (via mpi4py) and `mpiexec`,
+              ipyparallel, JupyterLab, plotly, numpy;
+2. horovod    what Horovod was built with: frameworks, controllers (MPI, Gloo) and tensor ops,
+              and that its ops link the same libmpi that mpi4py loads;
+3. devices    TensorFlow's CPU and GPU devices;
+4. engines    (skipped with ``--quick``) start 2 ipyparallel MPI engines, ``hvd.init()`` on both,
+              allreduce each rank's ``rank + 1`` and check that every rank got ``1 + 2 = 3``.
+
+Any failure ends the run with exit code 1 and one sentence that says what to do
+(:class:`DoctorError`); no traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import importlib.metadata
+import importlib.util
+import json
+import logging
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+#: Engines started by the full check; the expected allreduce result is 1 + 2 + ... + N.
+WORKERS = 2
+#: Default seconds to wait for the engines to register, and for Horovod on them.
+DEFAULT_TIMEOUT = 90.0
+
+
+class DoctorError(Exception):
+    """A failed check; ``str(err)`` is one sentence telling the user what to do."""
+
+
+# ----------------------------------------------------------------------------------------------
+# Output helpers
+# ----------------------------------------------------------------------------------------------
+
+
+def _row(label: str, value: object) -> None:
+    print(f"  {label:<14}{value}", flush=True)
+
+
+@contextmanager
+def _stage(title: str) -> Iterator[None]:
+    """Print a stage header, then its elapsed time when it ends (also on failure)."""
+    print(f"{title}", flush=True)
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        print(f"  {'time':<14}{time.perf_counter() - start:.1f} s", flush=True)
+
+
+def _yes(flag: object) -> str:
+    return "yes" if flag else "no"
+
+
+def _dist_version(name: str) -> str:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+# ----------------------------------------------------------------------------------------------
+# Finding MPI
+# ----------------------------------------------------------------------------------------------
+
+
+def find_mpiexec() -> str | None:
+    """The `mpiexec` next to this Python (the venv's), else the first one on PATH.
+
+    A Jupyter kernel may run the venv's Python without the venv's ``bin/`` on PATH, so the
+    interpreter's own directory is looked at first (``sys.executable`` is not resolved: the
+    venv's ``bin/python`` is a symlink to the base interpreter).
+    """
+    beside = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    if os.access(beside, os.X_OK):
+        return beside
+    return shutil.which("mpiexec")
+
+
+def _loaded_libmpi() -> str | None:
+    """Real path of the libmpi mapped into this process (Linux), or None."""
+    try:
+        with open("/proc/self/maps", encoding="utf-8") as maps:
+            for line in maps:
+                path = line.split()[-1] if len(line.split()) >= 6 else ""
+                if os.path.basename(path).startswith("libmpi.so"):
+                    return os.path.realpath(path)
+    except FileNotFoundError:
+        return None
+    return None
+
+
+def _horovod_libmpi() -> str | None:
+    """Real path of the libmpi that Horovod's TensorFlow ops resolve to (ldd), or None."""
+    from hpclab import _build
+
+    libs = _build.horovod_mpi_libs()
+    ldd = shutil.which("ldd")
+    if not libs or not ldd:
+        return None
+    result = subprocess.run([ldd, libs[0]], capture_output=True, text=True, check=False)
+    entry = _build.parse_ldd_libmpi(result.stdout)
+    if entry is None or entry[1] is None:
+        return None
+    return os.path.realpath(entry[1])
+
+
+def horovod_frameworks() -> dict[str, bool]:
+    """Which framework bindings the installed Horovod was compiled with.
+
+    Horovod 0.28 has no ``tensorflow_built()``; ``horovodrun --check-build`` imports each
+    extension in a forked process. The compiled op library of each binding is looked for on
+    disk instead, which needs neither PyTorch nor MXNet installed.
+    """
+    spec = importlib.util.find_spec("horovod")
+    roots = list(spec.submodule_search_locations or []) if spec else []
+    patterns = {"TensorFlow": "tensorflow/mpi_lib*.so", "PyTorch": "torch/mpi_lib*.so",
+                "MXNet": "mxnet/mpi_lib*.so"}
+    return {name: any(glob.glob(os.path.join(root, pattern)) for root in roots)
+            for name, pattern in patterns.items()}
+
+
+def horovod_built_against_tf() -> str | None:
+    """The TensorFlow version Horovod recorded at build time (``horovod/metadata.json``)."""
+    spec = importlib.util.find_spec("horovod")
+    for root in (spec.submodule_search_locations or []) if spec else []:
+        try:
+            with open(os.path.join(root, "metadata.json"), encoding="utf-8") as f:
+                return json.load(f).get("tensorflow")
+        except FileNotFoundError:
+            continue
+    return None
+
+
+# ----------------------------------------------------------------------------------------------
+# Stages
+# ----------------------------------------------------------------------------------------------
+
+
+def check_versions() -> dict[str, Any]:
+    """Stage 1: import the stack and print its versions; returns the imported modules."""
+    with _stage("Versions"):
+        _row("Python", f"{platform.python_version()} ({sys.executable})")
+
+        # mpi4py first, without MPI_Init (MPI_Get_library_version may be called before it), so
+        # the libmpi mapped into this process is the one mpi4py itself chose.
+        try:
+            import mpi4py
+
+            mpi4py.rc.initialize = False
+            mpi4py.rc.finalize = False
+            from mpi4py import MPI
+        except ImportError as err:
+            raise DoctorError(f"mpi4py does not import ({err}); run `make setup` to install it with its MPI.") from None
+        _row("MPI library", " ".join(MPI.Get_library_version().strip().splitlines()[0].split()))
+        mpi4py_libmpi = _loaded_libmpi()
+        _row("mpi4py loads", mpi4py_libmpi or "unknown")
+        mpiexec = find_mpiexec()
+        if mpiexec is None:
+            raise DoctorError(
+                f"No mpiexec found next to {sys.executable} or on PATH; run `make setup` "
+                "(or load your site MPI, e.g. `module load mpich`, and set HPCLAB_MPI=system)."
+            )
+        _row("mpiexec", mpiexec)
+
+        try:
+            import tensorflow as tf
+        except ImportError as err:
+            raise DoctorError(f"TensorFlow does not import ({err}); run `make setup` to install TensorFlow 2.15.1.") from None
+        _row("TensorFlow", tf.__version__)
+        _row("Keras", _dist_version("keras"))
+
+        try:
+            import horovod
+            import horovod.tensorflow as hvd
+        except ImportError as err:
+            raise DoctorError(
+                f"Horovod's TensorFlow module does not import ({err}); run `make setup` to build Horovod 0.28.1 against this TensorFlow."
+            ) from None
+        _row("Horovod", horovod.__version__)
+        for label, dist in (("ipyparallel", "ipyparallel"), ("JupyterLab", "jupyterlab"),
+                            ("plotly", "plotly"), ("numpy", "numpy")):
+            _row(label, _dist_version(dist))
+    return {"tf": tf, "hvd": hvd, "mpi4py_libmpi": mpi4py_libmpi}
+
+
+def check_horovod(hvd: Any, tf_version: str, mpi4py_libmpi: str | None) -> None:
+    """Stage 2: what Horovod was built with, and that it uses mpi4py's MPI."""
+    with _stage("Horovod build"):
+        frameworks = horovod_frameworks()
+        _row("frameworks", "   ".join(f"{name}: {_yes(built)}" for name, built in frameworks.items()))
+        built_against = horovod_built_against_tf()
+        _row("built for", f"TensorFlow {built_against or 'unknown'}")
+        _row("controllers", f"MPI: {_yes(hvd.mpi_built())}   Gloo: {_yes(hvd.gloo_built())}")
+        nccl = hvd.nccl_built()
+        _row("tensor ops", f"NCCL: {_yes(nccl)}{f' ({nccl})' if nccl and nccl is not True else ''}   "
+                           f"DDL: {_yes(hvd.ddl_built())}   CCL: {_yes(hvd.ccl_built())}   "
+                           f"CUDA: {_yes(hvd.cuda_built())}   ROCm: {_yes(hvd.rocm_built())}")
+        if not frameworks["TensorFlow"]:
+            raise DoctorError("Horovod was built without TensorFlow support; run `make setup` to rebuild it against TensorFlow 2.15.1.")
+        if built_against and built_against != tf_version:
+            raise DoctorError(
+                f"Horovod was built against TensorFlow {built_against} but TensorFlow {tf_version} is installed; "
+                "run `make setup` to rebuild Horovod for it."
+            )
+        if not hvd.mpi_built():
+            raise DoctorError("Horovod was built without MPI support; run `make setup` to rebuild it with HOROVOD_WITH_MPI=1.")
+        horovod_libmpi = _horovod_libmpi()
+        _row("Horovod links", horovod_libmpi or "unknown")
+        if horovod_libmpi and mpi4py_libmpi and horovod_libmpi != mpi4py_libmpi:
+            raise DoctorError(
+                f"Horovod links {horovod_libmpi} but mpi4py loads {mpi4py_libmpi}; they must be the "
+                "same MPI, so run `make setup` again (with HPCLAB_MPI=system if you use the site MPI)."
+            )
+
+
+def check_devices(tf: Any) -> None:
+    """Stage 3: the devices TensorFlow sees."""
+    with _stage("TensorFlow devices"):
+        cpus = tf.config.list_physical_devices("CPU")
+        gpus = tf.config.list_physical_devices("GPU")
+        _row("CPU", ", ".join(d.name.replace("/physical_device:", "") for d in cpus) or "none")
+        _row("GPU", ", ".join(d.name.replace("/physical_device:", "") for d in gpus)
+             or "none (CPU-only TensorFlow or no CUDA device visible)")
+
+
+def _engine_probe() -> dict[str, Any]:
+    """Runs on every engine (Horovod already initialised by `Lab`): allreduce ``rank + 1``."""
+    import horovod.tensorflow as hvd
+
+    from hpclab import engine
+
+    result = engine.allreduce_check()
+    result["controller"] = "MPI" if hvd.mpi_enabled() else ("Gloo" if hvd.gloo_enabled() else "unknown")
+    return result
+
+
+def check_engines(timeout: float, workers: int = WORKERS) -> None:
+    """Stage 4: real MPI engines, real Horovod, one allreduce with a known answer.
+
+    Goes through :class:`hpclab.cluster.Lab`, the same path the notebooks and the CLI use.
+    """
+    import ipyparallel as ipp
+
+    from hpclab.cluster import Lab, LabError
+
+    mpiexec = find_mpiexec() or "mpiexec"
+    expected = float(sum(range(1, workers + 1)))
+    print(f"Engines ({workers} MPI ranks via {mpiexec})", flush=True)
+    start = time.perf_counter()
+    try:
+        lab = Lab(workers=workers, start_timeout=timeout, verbose=False)
+    except LabError:
+        raise DoctorError(
+            f"The {workers} MPI engines did not start with Horovod within {timeout:.0f} s; check that "
+            f"`{mpiexec} -n {workers} hostname` works, or give a slow machine more time with --timeout."
+        ) from None
+    except ipp.error.EngineError as err:
+        raise DoctorError(
+            f"The MPI engines exited while starting ({err}); check that `{mpiexec} -n {workers} hostname` works."
+        ) from None
+    except ipp.error.RemoteError as err:
+        raise DoctorError(
+            f"Horovod failed to initialise on the engines ({_remote_reason(err)}); run `make setup` to rebuild it."
+        ) from None
+    with lab:
+        _row("started", f"{workers} engines with Horovod initialised in {time.perf_counter() - start:.1f} s")
+        start = time.perf_counter()
+        try:
+            probes = lab.view.apply_async(_engine_probe).get(timeout=timeout)
+        except TimeoutError:
+            raise DoctorError(
+                f"The allreduce did not finish within {timeout:.0f} s on the engines; "
+                "the ranks are probably not in one MPI job, so run `make setup` again."
+            ) from None
+        except ipp.error.RemoteError as err:
+            raise DoctorError(
+                f"The allreduce failed on the engines ({_remote_reason(err)}); run `make setup` to rebuild Horovod."
+            ) from None
+        _row("allreduce in", f"{time.perf_counter() - start:.1f} s")
+        by_rank = {p["rank"]: p for p in probes}
+        for rank_info in lab.ranks:
+            probe = by_rank.get(rank_info["rank"], {})
+            _row(f"rank {rank_info['rank']}/{rank_info['size']}",
+                 f"pid {rank_info['pid']} on {rank_info['host']}, local rank {rank_info['local_rank']}, "
+                 f"controller {probe.get('controller', '?')}: allreduce(sum of rank+1) = {probe.get('value', float('nan')):g}")
+        if sorted(by_rank) != list(range(workers)) or any(r["size"] != workers for r in lab.ranks):
+            raise DoctorError(
+                f"The engines formed Horovod ranks {sorted(by_rank)} instead of one job of {workers}; "
+                "Horovod and mpiexec are probably different MPIs, so run `make setup` again."
+            )
+        values = [by_rank[r]["value"] for r in sorted(by_rank)]
+        if any(v != expected for v in values):
+            raise DoctorError(
+                f"The allreduce returned {values} instead of {expected:g} on every rank; "
+                "Horovod's collectives are broken here, so rebuild it with `make setup`."
+            )
+        _row("allreduce", f"all {workers} ranks agree: {expected:g} (expected {expected:g})")
+        start = time.perf_counter()
+    _row("stopped", f"engines and controller in {time.perf_counter() - start:.1f} s")
+
+
+def _remote_reason(err: Exception) -> str:
+    """``ename: evalue`` of the first engine error in an ipyparallel RemoteError/CompositeError."""
+    elist = getattr(err, "elist", None)
+    if elist:
+        return f"{elist[0][0]}: {elist[0][1]}"
+    return f"{getattr(err, 'ename', type(err).__name__)}: {getattr(err, 'evalue', err)}"
+
+
+# ----------------------------------------------------------------------------------------------
+# Command
+# ----------------------------------------------------------------------------------------------
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``hpclab doctor``."""
+    parser.add_argument("--quick", action="store_true",
+                        help="only versions, Horovod build flags and devices; start no engines")
+    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
+                        help=f"seconds to wait for engines and for Horovod on them (default {DEFAULT_TIMEOUT:g})")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the checks; 0 when everything works, 1 with one sentence when something does not."""
+    if not 1 <= args.timeout <= 3600:
+        print(f"hpclab doctor: --timeout must be between 1 and 3600 seconds; you passed {args.timeout:g}.",
+              file=sys.stderr)
+        return 1
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep TensorFlow's C++ banner out of the report
+    start = time.perf_counter()
+    try:
+        found = check_versions()
+        check_horovod(found["hvd"], found["tf"].__version__, found["mpi4py_libmpi"])
+        check_devices(found["tf"])
+        if not args.quick:
+            check_engines(args.timeout)
+    except DoctorError as err:
+        print(f"\nhpclab doctor: {err}", file=sys.stderr, flush=True)
+        return 1
+    what = "quick check" if args.quick else f"all checks, {WORKERS} MPI ranks"
+    print(f"\nhpclab doctor: OK ({what}) in {time.perf_counter() - start:.1f} s", flush=True)
+    return 0

@@ -1,0 +1,209 @@
+"""Datasets, sharding and tf.data pipelines (real TF and real mnist1d generation, no MPI)."""
+
+import os
+import threading
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from hpclab import data
+from hpclab.config import RunConfig
+
+
+def _cfg(**kw):
+    return RunConfig(**kw).to_dict()
+
+
+@pytest.fixture(scope="module")
+def mnist1d_dir(tmp_path_factory):
+    """A data dir holding one generated MNIST-1D cache (1000 samples: about a second)."""
+    d = tmp_path_factory.mktemp("data")
+    data.load_arrays(_cfg(num_samples=1000, seed=5), d)
+    return d
+
+
+def test_mnist1d_shapes_and_split(mnist1d_dir):
+    cfg = RunConfig(num_samples=1000, seed=5)
+    a = data.load_arrays(cfg.to_dict(), mnist1d_dir)
+    assert a.x_train.shape == (cfg.train_size(), 40) == (800, 40)
+    assert a.x_val.shape == (cfg.validation_size(), 40) == (200, 40)
+    assert a.y_train.shape == (800,) and a.y_val.shape == (200,)
+    assert a.x_train.dtype == np.float32 and a.y_train.dtype == np.int32
+    assert a.num_classes == 10 and a.input_shape == (40,)
+    assert set(np.unique(a.y_train)) == set(range(10))
+    assert abs(float(np.concatenate([a.x_train, a.x_val]).mean())) < 1e-3  # mnist1d centres it
+
+
+def test_mnist1d_odd_sample_count_matches_run_config(tmp_path):
+    """make_dataset makes num_samples // 10 per class; we still return exactly num_samples."""
+    cfg = RunConfig(num_samples=203, seed=1)
+    a = data.load_arrays(cfg.to_dict(), tmp_path)
+    assert len(a.x_train) == cfg.train_size() and len(a.x_val) == cfg.validation_size()
+
+
+def test_mnist1d_cache_is_reused_and_named(mnist1d_dir):
+    path = mnist1d_dir / "mnist1d-n1000-s5.npz"
+    assert path.exists()
+    first = data.load_arrays(_cfg(num_samples=1000, seed=5), mnist1d_dir)
+    stamp = path.stat().st_mtime_ns
+    os.utime(path, ns=(stamp - 10**9, stamp - 10**9))  # make any rewrite visible
+    stamp = path.stat().st_mtime_ns
+    second = data.load_arrays(_cfg(num_samples=1000, seed=5), mnist1d_dir)
+    assert path.stat().st_mtime_ns == stamp  # not regenerated
+    np.testing.assert_array_equal(first.x_train, second.x_train)
+    assert not [p for p in os.listdir(mnist1d_dir) if p.endswith(".tmp")]
+
+
+def test_mnist1d_generation_is_deterministic_and_leaves_global_rng_alone(tmp_path):
+    np.random.seed(123)
+    expected = np.random.rand()
+    np.random.seed(123)
+    a = data.load_arrays(_cfg(num_samples=300, seed=7), tmp_path / "a")
+    assert np.random.rand() == expected  # mnist1d's set_seed did not leak into the caller
+    b = data.load_arrays(_cfg(num_samples=300, seed=7), tmp_path / "b")
+    c = data.load_arrays(_cfg(num_samples=300, seed=8), tmp_path / "b")
+    np.testing.assert_array_equal(a.x_train, b.x_train)
+    assert not np.array_equal(a.x_train, c.x_train)
+
+
+def test_concurrent_loaders_share_one_cache(tmp_path):
+    """Two 'ranks' at once: the flock makes one generate; both get identical arrays."""
+    results = [None, None]
+
+    def load(i):
+        results[i] = data.load_arrays(_cfg(num_samples=400, seed=2), tmp_path)
+
+    threads = [threading.Thread(target=load, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    # mnist1d generation uses NumPy's *global* RNG: two concurrent generations corrupt each
+    # other, so equality with a lone generation shows only one thread generated.
+    alone = data.load_arrays(_cfg(num_samples=400, seed=2), tmp_path / "alone")
+    for r in results:
+        np.testing.assert_array_equal(r.x_train, alone.x_train)
+        np.testing.assert_array_equal(r.y_val, alone.y_val)
+    assert sorted(p for p in os.listdir(tmp_path) if not p.endswith(".lock")) == \
+        ["alone", "mnist1d-n400-s2.npz"]
+
+
+def test_staged_file_absent_names_path_and_how_to_stage(tmp_path):
+    with pytest.raises(FileNotFoundError) as err:
+        data.load_arrays(_cfg(dataset="cifar10", model="resnet20"), tmp_path)
+    msg = str(err.value)
+    assert str(tmp_path / "cifar10.npz") in msg
+    assert "tf.keras.datasets.cifar10.load_data()" in msg and "Nothing is downloaded" in msg
+
+
+def test_staged_mnist_like_file_loads(tmp_path):
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "fashion_mnist.npz",
+             x_train=rng.integers(0, 256, (12, 28, 28), dtype=np.uint8),
+             y_train=rng.integers(0, 10, 12, dtype=np.uint8),
+             x_test=rng.integers(0, 256, (5, 28, 28), dtype=np.uint8),
+             y_test=rng.integers(0, 10, 5, dtype=np.uint8))
+    a = data.load_arrays(_cfg(dataset="fashion_mnist", model="mlp"), tmp_path)
+    assert a.x_train.shape == (12, 28, 28, 1) and a.x_val.shape == (5, 28, 28, 1)
+    assert a.x_train.dtype == np.float32 and 0.0 <= a.x_train.min() and a.x_train.max() <= 1.0
+    assert a.x_train.max() > 0.9  # scaled by 255, not left at 0..255 or crushed
+    assert a.y_train.dtype == np.int32 and a.input_shape == (28, 28, 1) and a.num_classes == 10
+
+
+def test_staged_cifar_labels_are_flattened(tmp_path):
+    np.savez(tmp_path / "cifar10.npz", x_train=np.zeros((4, 32, 32, 3), np.uint8),
+             y_train=np.arange(4, dtype=np.uint8).reshape(4, 1),
+             x_test=np.zeros((2, 32, 32, 3), np.uint8), y_test=np.zeros((2, 1), np.uint8))
+    a = data.load_arrays(_cfg(dataset="cifar10", model="resnet20"), tmp_path)
+    assert a.x_train.shape == (4, 32, 32, 3) and a.y_train.tolist() == [0, 1, 2, 3]
+
+
+def test_synthetic_has_no_arrays_only_shape():
+    a = data.load_arrays(_cfg(dataset="synthetic", model="resnet20", image_shape=(16, 16, 3)),
+                         "/nonexistent")
+    assert a.x_train is None and a.x_val is None
+    assert a.input_shape == (16, 16, 3) and a.num_classes == 10
+
+
+def test_shards_are_disjoint_equal_and_drop_the_remainder():
+    x = np.arange(103)
+    y = np.arange(103) * 10
+    parts = [data.shard(x, y, r, 4) for r in range(4)]
+    assert {len(px) for px, _ in parts} == {25}
+    seen = np.concatenate([px for px, _ in parts])
+    assert len(set(seen.tolist())) == 100  # disjoint, 3 dropped
+    for px, py in parts:
+        np.testing.assert_array_equal(py, px * 10)  # pairs stay aligned
+    with pytest.raises(ValueError, match="rank=4"):
+        data.shard(x, y, 4, 4)
+
+
+def _collect(ds):
+    return [(xs.numpy(), ys.numpy()) for xs, ys in ds]
+
+
+def test_train_dataset_groups_and_epochs():
+    n, batch, steps, k = 130, 8, 13, 5   # 13 = 5 + 5 + 3 per epoch; 130 // 8 = 16 possible
+    x = np.arange(n, dtype=np.float32)[:, None].repeat(3, axis=1)
+    y = np.arange(n, dtype=np.int32)
+    ds = data.train_dataset(x, y, batch=batch, steps_per_epoch=steps, steps_per_call=k,
+                            epochs=2.5, seed=0, rank=0)
+    groups = _collect(ds)
+    assert [g[0].shape[0] for g in groups] == [5, 5, 3] * 3      # ceil(2.5) = 3 epochs
+    assert all(g[0].shape[1:] == (batch, 3) and g[1].shape[1:] == (batch,) for g in groups)
+    epochs = [np.concatenate([g[1].reshape(-1) for g in groups[i:i + 3]]) for i in (0, 3, 6)]
+    for labels in epochs:
+        assert len(labels) == steps * batch and len(set(labels.tolist())) == steps * batch
+    assert not np.array_equal(epochs[0], epochs[1])              # reshuffled each epoch
+    for xs, ys in groups:
+        np.testing.assert_array_equal(xs[..., 0], ys.astype(np.float32))  # x, y stay paired
+
+
+def test_train_dataset_is_seeded_and_differs_per_rank():
+    x = np.arange(64, dtype=np.float32)[:, None]
+    y = np.arange(64, dtype=np.int32)
+    make = lambda seed, rank: _collect(data.train_dataset(  # noqa: E731
+        x, y, batch=4, steps_per_epoch=16, steps_per_call=16, epochs=1, seed=seed, rank=rank))
+    np.testing.assert_array_equal(make(0, 0)[0][1], make(0, 0)[0][1])
+    assert not np.array_equal(make(0, 0)[0][1], make(0, 1)[0][1])
+    assert not np.array_equal(make(0, 0)[0][1], make(1, 0)[0][1])
+
+
+def test_train_dataset_refuses_too_few_samples():
+    x = np.zeros((10, 2), np.float32)
+    with pytest.raises(ValueError, match="fewer than steps_per_epoch"):
+        data.train_dataset(x, np.zeros(10, np.int32), batch=4, steps_per_epoch=3,
+                           steps_per_call=2, epochs=1, seed=0, rank=0)
+
+
+def test_train_dataset_feeds_a_multi_step_tf_function():
+    x = np.random.rand(64, 40).astype(np.float32)
+    y = np.zeros(64, np.int32)
+    it = iter(data.train_dataset(x, y, batch=8, steps_per_epoch=8, steps_per_call=4,
+                                 epochs=1, seed=0, rank=0))
+
+    @tf.function
+    def call(iterator):
+        xs, ys = next(iterator)
+        return tf.shape(xs)
+
+    assert call(it).numpy().tolist() == [4, 8, 40]
+
+
+def test_synthetic_train_dataset_structure():
+    ds = data.synthetic_train_dataset((8, 8, 3), batch=4, steps_per_epoch=5, steps_per_call=2,
+                                      epochs=2, seed=0)
+    groups = _collect(ds)
+    assert [g[0].shape for g in groups] == [(2, 4, 8, 8, 3), (2, 4, 8, 8, 3), (1, 4, 8, 8, 3)] * 2
+    assert groups[0][0].dtype == np.float32 and groups[0][1].dtype == np.int32
+    assert groups[0][1].min() >= 0 and groups[0][1].max() < 10
+    np.testing.assert_array_equal(groups[0][0][0], groups[-1][0][0])  # one batch, repeated
+
+
+def test_eval_dataset_keeps_the_remainder():
+    x = np.arange(21, dtype=np.float32)[:, None]
+    y = np.arange(21, dtype=np.int32)
+    batches = _collect(data.eval_dataset(x, y, 8))
+    assert [b[0].shape[0] for b in batches] == [8, 8, 5]
+    np.testing.assert_array_equal(np.concatenate([b[1] for b in batches]), y)  # in order
