@@ -237,6 +237,8 @@ class _Trainer:
 
         t_start = time.perf_counter()
         iterator = iter(self.train_ds)
+        if publish:
+            publish_now("running")  # tells the client the ranks reached the training loop
         while step < self.total_steps:
             t0 = time.perf_counter()
             xs, ys = next(iterator)

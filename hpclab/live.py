@@ -461,6 +461,7 @@ class Dashboard:
         self.redraws = 0                      # how many times the figure was (re)drawn
         self.fig = _skeleton(go.FigureWidget, title, self.x)
         self._source: Any = None              # the run-like currently shown
+        self._facts: RunFacts | None = None   # its snapshot for the redraw in progress
         self._overlays: list[RunFacts] = []
         self._keys: list[str] = []            # trace keys in figure order
         self._main_keys: list[str] = []
@@ -516,17 +517,22 @@ class Dashboard:
             self.fig.layout.yaxis2.type = "log" if on else "linear"
 
     # -- what is drawn ------------------------------------------------------------------------
+    # One snapshot of the main run per redraw: a live Run builds a fresh DataFrame on every
+    # `history` access, so read it once and draw everything from that copy.
+    def _snap(self) -> None:
+        self._facts = run_facts(self._source) if self._source is not None else None
+
     def _ideal(self) -> float | None:
         if self.ideal_single_rank:
             return self.ideal_single_rank
-        if self._source is None:
+        if self._facts is None:
             return None
-        return single_rank_reference(self._source, self._overlays)
+        return single_rank_reference(self._facts, self._overlays)
 
     def _main_specs(self) -> list[TraceSpec]:
-        if self._source is None:
+        if self._facts is None:
             return []
-        return trace_specs(self._source, x=self.x, smoothing=self.smoothing, role="main",
+        return trace_specs(self._facts, x=self.x, smoothing=self.smoothing, role="main",
                            ideal_single_rank=self._ideal())
 
     def _overlay_specs(self) -> list[TraceSpec]:
@@ -537,9 +543,9 @@ class Dashboard:
         return specs
 
     def _status_html(self) -> str:
-        if self._source is None:
+        f = self._facts
+        if f is None:
             return ""
-        f = run_facts(self._source)
         parts = [f"<b>{text(self.title)}</b>" if self.title else "", text(f.label),
                  f"status: {text(f.status)}"]
         step = _last(column(f.history, "step"))
@@ -553,8 +559,14 @@ class Dashboard:
                          f"{f.global_batch // f.workers:,})")
         return " · ".join(p for p in parts if p)
 
+    def _decorate(self) -> None:
+        _set_notes(self.fig, notes(self._facts, self._ideal()) if self._facts is not None else
+                   {"ideal_note": "", "noise_note": ""})
+        self._status.value = self._status_html()
+
     def _rebuild(self) -> None:
         """Replace all traces (structure changed: new run, overlays, rank count)."""
+        self._snap()
         main, over = self._main_specs(), self._overlay_specs()
         specs = main + over
         self.fig.data = []
@@ -566,13 +578,8 @@ class Dashboard:
             self._decorate()
         self.redraws += 1
 
-    def _decorate(self) -> None:
-        src = self._source
-        _set_notes(self.fig, notes(src, self._ideal()) if src is not None else
-                   {"ideal_note": "", "noise_note": ""})
-        self._status.value = self._status_html()
-
     def _assign(self, specs: list[TraceSpec]) -> None:
+        """The cheap path: same traces, new x/y arrays, one batched message."""
         index = {k: i for i, k in enumerate(self._keys)}
         with self.fig.batch_update():
             for s in specs:
@@ -586,6 +593,7 @@ class Dashboard:
         self.redraws += 1
 
     def _redraw_all(self) -> None:
+        self._snap()
         specs = self._main_specs() + self._overlay_specs()
         if [s.key for s in specs] != self._keys:
             self._rebuild()
@@ -604,6 +612,7 @@ class Dashboard:
         with self._lock:
             if run_like is not None and run_like is not self._source:
                 self._source = run_like
+            self._snap()
             specs = self._main_specs()
             if [s.key for s in specs] != self._main_keys:
                 self._rebuild()

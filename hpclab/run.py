@@ -20,7 +20,8 @@ from hpclab.config import RunConfig
 from hpclab.runs import RunRecord, RunStore
 
 POLL_S = 0.2
-STOP_GRACE_S = 5.0      # after a STOP request, how long before the last-resort abort
+STOP_GRACE_S = 5.0      # after a STOP request to a training run, how long before the last-resort abort
+SETUP_GRACE_S = 180.0   # the same while ranks still set up (data generation, first trace)
 PEER_GRACE_S = 5.0      # a rank raised while others still run: they are blocked in an allreduce
 
 
@@ -48,6 +49,7 @@ class Run:
         self.error: str | None = None
         self.started = time.time()
         self._stop_requested_at: float | None = None
+        self._training_seen = False        # rank 0 has published from inside the training loop
         self._thread = threading.Thread(target=self._monitor, name=f"hpclab-run-{self.run_id}",
                                         daemon=True)
         self._thread.start()
@@ -114,10 +116,11 @@ class Run:
                     return
                 if any(finished) and self._peer_failed():
                     return
+                grace = STOP_GRACE_S if self._training_seen else SETUP_GRACE_S
                 if (self._stop_requested_at is not None
-                        and time.time() - self._stop_requested_at > STOP_GRACE_S):
+                        and time.time() - self._stop_requested_at > grace):
                     self._fail("the ranks did not stop within "
-                               f"{STOP_GRACE_S:.0f} s of the stop request and were aborted; "
+                               f"{grace:.0f} s of the stop request and were aborted; "
                                "call lab.restart() for fresh engines", engines_lost=True)
                     return
                 time.sleep(POLL_S)
@@ -129,6 +132,7 @@ class Run:
         payload = data.get("hpclab")
         if not payload:
             return
+        self._training_seen = True
         self._merge(payload.get("rows", []), payload.get("epochs", []))
 
     def _merge(self, rows: list[dict], epochs: list[dict]) -> None:
@@ -193,9 +197,13 @@ class Run:
     def _describe_errors(self, errors: list) -> str:
         deaths = [(i, o) for i, o in errors if _is_engine_death(o)]
         if deaths:
+            deadline = time.time() + 3.0  # mpiexec reports the bad termination a moment later
             first = self._first_dead_rank()
+            while first is None and time.time() < deadline:
+                time.sleep(POLL_S)
+                first = self._first_dead_rank()
             who = (f"rank {first['rank']} (pid {first['pid']} on {first['host']}) died first"
-                   if first else f"rank {deaths[0][0]} died")
+                   if first else "a rank died (mpiexec did not say which)")
             return (f"{who} and MPI ended every rank; the engines are gone — "
                     "call lab.restart() for a fresh set")
         i, exc = errors[0]
@@ -204,12 +212,17 @@ class Run:
         return f"rank {i} raised {name}: {value}"
 
     def _first_dead_rank(self) -> dict | None:
-        """Which rank died first: MPICH's launcher names it (RANK n PID p ... EXIT/KILLED)."""
+        """Which rank died first, from the engines' own log (the launcher's output file).
+
+        Each ipyparallel engine has a nanny process that logs "Pipe closed, parent <pid> ..."
+        the moment its engine dies; the killed rank's nanny logs first (~0.1 s before MPI's
+        clean-up kills the rest). MPICH's own "BAD TERMINATION ... PID" line is not used: it
+        names whichever process it reaped first, measured here to be the wrong rank."""
         text = self._launcher_output()
-        for match in re.finditer(r"RANK\s+(\d+)\s+PID\s+(\d+)", text):
-            rank = int(match.group(1))
-            if rank < len(self._ranks):
-                return self._ranks[rank]
+        by_pid = {r["pid"]: r for r in self._ranks}
+        for match in re.finditer(r"\[KernelNanny\.\d+\] Pipe closed, parent (\d+)", text):
+            if int(match.group(1)) in by_pid:
+                return by_pid[int(match.group(1))]
         return None
 
     def _fail(self, message: str, *, engines_lost: bool) -> None:

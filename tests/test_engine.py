@@ -1,0 +1,155 @@
+"""The distributed engine with real MPI engines and real Horovod (2 ranks). Nothing is mocked."""
+
+import math
+import os
+import signal
+import time
+
+import pytest
+
+from hpclab import RunConfig, RunFailed, load_run
+from hpclab.cluster import LabError
+
+pytestmark = [pytest.mark.mpi, pytest.mark.slow]
+
+SMALL = dict(num_samples=4000, epochs=2)  # ~1 s of training: for behaviour, not accuracy
+
+
+def _wait_for_rows(run, timeout=120):
+    deadline = time.time() + timeout
+    while time.time() < deadline and not run.done:
+        if len(run.history):
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_default_run_learns_and_ranks_agree(lab):
+    cfg = RunConfig(dataset="mnist1d", model="cnn1d", batch_per_worker=64, epochs=6,
+                    optimizer="momentum", base_lr=0.05, base_batch=64, lr_scaling="linear",
+                    warmup_epochs=1, precision="float32", seed=0)
+    run = lab.run(cfg)
+    assert not run.done, "lab.run must return while the run trains"
+    saw_rows_while_running = _wait_for_rows(run) and not run.done
+    summary = run.wait(timeout=600)
+
+    assert saw_rows_while_running, "history rows must arrive while the run is still running"
+    assert run.status == "finished"
+    assert summary["val_accuracy"] >= 0.90
+    assert len(summary["weights_digest"]) == 2
+    assert summary["weights_digest"][0] == summary["weights_digest"][1]
+    assert summary["world_size"] == 2 and summary["global_batch"] == 128
+    assert summary["lr"] == pytest.approx(0.05 * 128 / 64)
+    assert summary["samples_per_sec"] > 0 and len(summary["rank_samples_per_sec"]) == 2
+    assert math.isfinite(summary["noise_scale"])
+    assert list(run.epochs["epoch"]) == [1, 2, 3, 4, 5, 6]
+
+    # The LR the ranks used ramps per step during warm-up exactly as RunConfig says.
+    warm = cfg.warmup_steps(2)
+    rows = run.history
+    assert rows["step"].is_monotonic_increasing
+    for step, lr in zip(rows["step"], rows["lr"]):
+        assert lr == pytest.approx(cfg.lr_at(step - 1, 2), rel=1e-6)
+    assert (rows["step"] < warm).any(), "no row fell inside warm-up; cannot check the ramp"
+
+    # The record on disk is complete and reads back the same (e.g. after a kernel restart).
+    rec = load_run(run.path)
+    assert rec.summary["status"] == "finished"
+    assert rec.summary["val_accuracy"] == pytest.approx(summary["val_accuracy"])
+    assert len(rec.history) == len(rows) and len(rec.epochs) == 6
+    assert rec.config == cfg.to_dict() and rec.workers == 2
+
+
+@pytest.mark.parametrize("rule,expected", [("none", 0.05), ("sqrt", 0.05 * math.sqrt(4)),
+                                           ("linear", 0.05 * 4)])
+def test_scaled_lr_is_what_the_ranks_use(lab, rule, expected):
+    cfg = RunConfig(batch_per_worker=64, base_batch=32, base_lr=0.05, lr_scaling=rule,
+                    warmup_epochs=0, **SMALL)
+    summary = lab.run(cfg).wait(timeout=300)
+    assert summary["lr"] == pytest.approx(expected)
+    assert load_run(summary and lab.current_run.path).history["lr"].iloc[-1] == \
+        pytest.approx(expected, rel=1e-6)
+
+
+def test_mixed_bfloat16_trains_on_cpu(lab):
+    run = lab.run(RunConfig(precision="mixed_bfloat16", **SMALL))
+    summary = run.wait(timeout=300)
+    assert run.status == "finished"
+    assert math.isfinite(run.history["loss"].iloc[-1])
+    assert summary["val_accuracy"] > 0.3  # chance is 0.1
+    assert summary["precision"] == "mixed_bfloat16"
+
+
+def test_mixed_float16_with_loss_scaling_and_fp16_allreduce(lab):
+    run = lab.run(RunConfig(precision="mixed_float16", fp16_allreduce=True, **SMALL))
+    run.wait(timeout=300)
+    assert run.status == "finished"
+    assert run.summary["weights_digest"][0] == run.summary["weights_digest"][1]
+
+
+def test_lars_and_lamb_train(lab):
+    # Short runs: the point is that each optimizer runs distributed and learns (chance is 0.1).
+    for opt, lr in (("lars", 0.1), ("lamb", 0.005)):
+        run = lab.run(RunConfig(optimizer=opt, base_lr=lr, lars_eta=0.1, **SMALL))
+        run.wait(timeout=300)
+        assert run.status == "finished", (opt, run.error)
+        assert run.summary["val_accuracy"] > 0.25, opt
+
+
+def test_one_run_at_a_time(lab):
+    run = lab.run(RunConfig(num_samples=4000, epochs=50))
+    assert _wait_for_rows(run), run.error
+    try:
+        with pytest.raises(LabError, match="still running"):
+            lab.run(RunConfig(**SMALL))
+    finally:
+        run.stop()
+    assert run.status == "stopped"
+
+
+def test_stop_ends_every_rank_within_two_seconds(lab):
+    run = lab.run(RunConfig(num_samples=8000, epochs=200))
+    assert _wait_for_rows(run), run.error
+    t0 = time.perf_counter()
+    run.stop(timeout=10)
+    latency = time.perf_counter() - t0
+    assert run.done and run.status == "stopped"
+    assert latency < 2.0, f"stop took {latency:.2f} s"
+    assert run.summary["steps"] < RunConfig(num_samples=8000, epochs=200).total_steps(2)
+    rec = load_run(run.path)
+    assert rec.summary["status"] == "stopped" and len(rec.history) > 0
+    assert not (run.path / "STOP").exists()
+    # the engines are still healthy: the next run works without a restart
+    assert lab.healthy
+    assert lab.run(RunConfig(**SMALL)).wait(timeout=300)["status"] == "finished"
+
+
+def test_nan_loss_ends_the_run_as_diverged(lab):
+    cfg = RunConfig(optimizer="sgd", base_lr=100.0, base_batch=1, lr_scaling="linear", warmup_epochs=0,
+                    num_samples=4000, epochs=20)
+    run = lab.run(cfg)
+    with pytest.raises(RunFailed, match="NaN or infinite"):
+        run.wait(timeout=300)
+    assert run.status == "diverged"
+    assert run.summary["steps"] < cfg.total_steps(2)
+    assert load_run(run.path).summary["status"] == "diverged"
+    assert lab.healthy
+
+
+def test_killed_rank_fails_the_run_and_restart_recovers(lab):
+    run = lab.run(RunConfig(num_samples=8000, epochs=200))
+    assert _wait_for_rows(run), run.error
+    victim = lab.ranks[1]
+    t0 = time.perf_counter()
+    os.kill(victim["pid"], signal.SIGKILL)
+    with pytest.raises(RunFailed) as info:
+        run.wait(timeout=15)
+    elapsed = time.perf_counter() - t0
+    assert elapsed < 15
+    assert run.status == "failed"
+    assert "rank 1" in str(info.value) and "lab.restart()" in str(info.value)
+    assert load_run(run.path).summary["status"] == "failed"
+    assert not lab.healthy
+    lab.restart()
+    assert lab.healthy
+    assert lab.run(RunConfig(**SMALL)).wait(timeout=300)["status"] == "finished"

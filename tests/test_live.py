@@ -1,0 +1,304 @@
+"""The live dashboard: traces, controls, overlays, partial data and throttling.
+
+Runs are written to real run folders (RunStore) and read back with load_run, so these tests also
+exercise the on-disk format the dashboard reads after a kernel restart.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from hpclab.config import RunConfig
+from hpclab.live import IDEAL_NOTE, Dashboard, ema, figure, trace_specs
+from hpclab.runs import RunStore, load_run
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def history_rows(cfg: RunConfig, workers: int, n: int, *, rank_base: float = 9000.0,
+                 seed: int = 0, dt: float = 0.25) -> list[dict]:
+    """Telemetry rows shaped like the engine's (docs/architecture.md, "History row")."""
+    rng = np.random.default_rng(seed)
+    gb, spe = cfg.global_batch(workers), cfg.steps_per_epoch(workers)
+    total = cfg.total_steps(workers)
+    rows = []
+    for i in range(1, n + 1):
+        step = max(1, i * total // n)
+        ranks = [float(rank_base * (1 + 0.03 * rng.standard_normal())) for _ in range(workers)]
+        rows.append({
+            "step": step, "epoch": step / spe, "samples": step * gb, "time_s": dt * i,
+            "loss": 2.3 * math.exp(-i / 12) + 0.15 + 0.02 * rng.standard_normal(),
+            "accuracy": 0.95 - 0.85 * math.exp(-i / 10),
+            "lr": cfg.lr_at(step, workers), "samples_per_sec": sum(ranks),
+            "rank_samples_per_sec": ranks, "input_ms": 0.4, "compute_ms": 6.0,
+            "grad_norm_small_sq": 2.0, "grad_norm_big_sq": 1.2,
+            "noise_scale": float("nan") if workers == 1 else 80.0 + 4 * i,
+        })
+    return rows
+
+
+def epoch_rows(cfg: RunConfig, workers: int, accs: list[float], dt: float = 3.0) -> list[dict]:
+    spe = cfg.steps_per_epoch(workers)
+    return [{"epoch": k, "step": k * spe, "time_s": dt * k, "loss": 1.0 / k, "accuracy": a,
+             "val_loss": 1.1 / k, "val_accuracy": a - 0.01, "lr": cfg.peak_lr(workers),
+             "samples_per_sec": 17000.0} for k, a in enumerate(accs, start=1)]
+
+
+def write_run(root: Path, *, workers: int = 2, name: str = "", rows: int = 30,
+              accs=(0.6, 0.8, 0.9), rank_base: float = 9000.0, finished: bool = True,
+              batch_per_worker: int = 64) -> Path:
+    cfg = RunConfig(name=name, epochs=len(accs), batch_per_worker=batch_per_worker)
+    store = RunStore(root)
+    store.create({"config": cfg.to_dict(), "workers": workers, "derived": cfg.derived(workers)})
+    hist = history_rows(cfg, workers, rows, rank_base=rank_base)
+    store.append_history(hist)
+    store.append_epochs(epoch_rows(cfg, workers, list(accs)))
+    if finished:
+        store.write_summary({"run_id": store.run_id, "status": "finished",
+                             "val_accuracy": accs[-1] - 0.01, "world_size": workers,
+                             "global_batch": cfg.global_batch(workers),
+                             "samples_per_sec": workers * rank_base, "samples_per_sec_ci95": 300.0,
+                             "wall_time_s": 20.0, "versions": {"tensorflow": "2.15.1"}})
+    return store.path
+
+
+def raw_history(path: Path) -> list[dict]:
+    """Read metrics.jsonl independently of hpclab, to compare against what is drawn."""
+    return [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_two_ranks_give_two_rank_traces_global_and_ideal(tmp_path):
+    path = write_run(tmp_path, workers=2)
+    rec = load_run(path)
+    raw = raw_history(path)
+    dash = Dashboard("demo", ideal_single_rank=10_000.0)
+    dash.show_run(rec)
+    names = [t.name for t in dash.fig.data]
+    assert [n for n in names if n.startswith("rank ")] == ["rank 0", "rank 1"]
+    assert "global" in names
+    for r in (0, 1):
+        np.testing.assert_allclose(dash.trace(f"thr/rank{r}").y,
+                                   [row["rank_samples_per_sec"][r] for row in raw])
+    np.testing.assert_allclose(dash.trace("thr/global").y, [row["samples_per_sec"] for row in raw])
+    np.testing.assert_array_equal(dash.trace("thr/global").x, [row["step"] for row in raw])
+    ideal = dash.trace("thr/ideal")
+    assert ideal.visible is True
+    np.testing.assert_allclose(ideal.y, [20_000.0, 20_000.0])  # workers × single-rank reference
+    assert list(ideal.x) == [raw[0]["step"], raw[-1]["step"]]
+    notes = {a.name: a.text for a in dash.fig.layout.annotations if a.name}
+    assert notes["ideal_note"] == ""
+    # the noise panel's reference line sits at the global batch (2 × 64)
+    np.testing.assert_allclose(dash.trace("noise/batch").y, [128, 128])
+    assert "B = 128" in notes["noise_note"]
+
+
+def test_without_reference_the_ideal_line_is_hidden_with_a_note(tmp_path):
+    dash = Dashboard()
+    dash.show_run(load_run(write_run(tmp_path, workers=2)))
+    assert dash.trace("thr/ideal").visible is False
+    notes = {a.name: a.text for a in dash.fig.layout.annotations if a.name}
+    assert notes["ideal_note"] == IDEAL_NOTE == "run with 1 worker to get the ideal line"
+
+
+def test_one_worker_overlay_provides_the_ideal_reference(tmp_path):
+    one = load_run(write_run(tmp_path, workers=1, rank_base=11_000.0))
+    four = load_run(write_run(tmp_path, workers=4))
+    dash = Dashboard()
+    dash.show_run(four)
+    dash.overlay([one])
+    assert dash.trace("thr/ideal").visible is True
+    np.testing.assert_allclose(dash.trace("thr/ideal").y, [44_000.0, 44_000.0])
+
+
+def test_x_axis_switch_changes_x_data_and_titles(tmp_path):
+    path = write_run(tmp_path, workers=2)
+    raw = raw_history(path)
+    rec = load_run(path)
+    dash = Dashboard()
+    dash.show_run(rec)
+    dash.set_x("samples")
+    np.testing.assert_array_equal(dash.trace("thr/global").x, [r["samples"] for r in raw])
+    assert dash.fig.layout.xaxis.title.text == "samples seen"
+    # epoch rows have no samples column: step × global batch
+    steps = [json.loads(l)["step"] for l in (path / "epochs.jsonl").read_text().splitlines()]
+    np.testing.assert_array_equal(dash.trace("acc/val").x, [s * 128 for s in steps])
+    dash.set_x("time_s")
+    np.testing.assert_allclose(dash.trace("loss/train").x, [r["time_s"] for r in raw])
+    assert dash.fig.layout.xaxis5.title.text == "wall time (s)"
+    with pytest.raises(ValueError, match="x must be one of"):
+        dash.set_x("epochs")
+
+
+def test_smoothing_changes_y_but_not_length(tmp_path):
+    path = write_run(tmp_path, workers=2)
+    raw_loss = [r["loss"] for r in raw_history(path)]
+    dash = Dashboard()
+    dash.show_run(load_run(path))
+    before = np.array(dash.trace("loss/train").y)
+    dash.set_smoothing(0.8)
+    after = np.array(dash.trace("loss/train").y)
+    assert len(after) == len(before) == len(raw_loss)
+    assert not np.allclose(after, before)
+    # EMA by hand: s0 = y0, s1 = 0.8·s0 + 0.2·y1, s2 = 0.8·s1 + 0.2·y2
+    s1 = 0.8 * raw_loss[0] + 0.2 * raw_loss[1]
+    s2 = 0.8 * s1 + 0.2 * raw_loss[2]
+    np.testing.assert_allclose(after[:3], [raw_loss[0], s1, s2])
+    assert len(dash.trace("thr/rank0").y) == len(raw_loss)           # throughput smoothed too
+    assert len(dash.trace("acc/val").y) == 3                          # epoch markers untouched
+    dash.set_smoothing(0.0)
+    np.testing.assert_allclose(dash.trace("loss/train").y, raw_loss)
+
+
+def test_ema_keeps_gaps():
+    out = ema([1.0, float("nan"), 3.0], 0.5)
+    assert math.isnan(out[1]) and out[0] == 1.0 and out[2] == pytest.approx(2.0)
+    with pytest.raises(ValueError, match="smoothing"):
+        ema([1.0], 1.0)
+
+
+def test_log_y_toggle_for_loss(tmp_path):
+    dash = Dashboard()
+    dash.show_run(load_run(write_run(tmp_path)))
+    dash.set_log_loss(True)
+    assert dash.fig.layout.yaxis2.type == "log"
+    dash.set_log_loss(False)
+    assert dash.fig.layout.yaxis2.type == "linear"
+
+
+def test_overlay_adds_faded_dashed_traces_named_by_label(tmp_path):
+    current = load_run(write_run(tmp_path, workers=2))
+    old = load_run(write_run(tmp_path, workers=2, name="baseline b64", rows=20))
+    dash = Dashboard()
+    dash.show_run(current)
+    n = len(dash.fig.data)
+    dash.overlay([old])
+    added = dash.fig.data[n:]
+    assert len(added) == 6  # throughput, loss, train acc, val acc, lr, noise scale
+    assert old.label == "baseline b64 ×2"
+    assert all(t.name == "baseline b64 ×2" for t in added)
+    assert all(t.line.dash == "dash" and t.opacity < 1 for t in added)
+    assert sum(bool(t.showlegend) for t in added) == 1  # one legend entry per earlier run
+    np.testing.assert_allclose(dash.trace("ov0/thr/global").y,
+                               [r["samples_per_sec"] for r in raw_history(old.path)])
+    dash.set_x("samples")  # overlays follow the x-axis switch
+    np.testing.assert_array_equal(dash.trace("ov0/thr/global").x,
+                                  [r["samples"] for r in raw_history(old.path)])
+    dash.clear_overlays()
+    assert len(dash.fig.data) == n
+
+
+def test_empty_run_draws_then_gains_points(tmp_path):
+    cfg = RunConfig()
+    store = RunStore(tmp_path)
+    store.create({"config": cfg.to_dict(), "workers": 2, "derived": cfg.derived(2)})
+    rec = load_run(store.path)
+    assert rec.history.empty and rec.epochs.empty
+    dash = Dashboard()
+    dash.show_run(rec)
+    assert len(dash.trace("thr/global").x) == 0
+    dash.set_x("time_s")
+    dash.set_smoothing(0.5)
+    store.append_history(history_rows(cfg, 2, 5))
+    dash.update(load_run(store.path))
+    assert len(dash.trace("thr/global").x) == 5
+    assert len(dash.trace("thr/rank1").y) == 5
+
+
+def test_partial_columns_do_not_crash():
+    class Partial:  # an old record: a few columns only, no rank list, dict config
+        history = pd.DataFrame({"step": [1, 2, 3], "loss": [2.0, 1.5, None]})
+        epochs = pd.DataFrame({"epoch": [1]})
+        workers = 3
+        config = {"batch_per_worker": 32}
+        status = "running"
+    dash = Dashboard()
+    dash.show_run(Partial())
+    assert [t.name for t in dash.fig.data][:3] == ["rank 0", "rank 1", "rank 2"]
+    assert len(dash.trace("loss/train").y) == 3
+    assert np.isnan(dash.trace("thr/global").y).all()
+    dash.set_x("samples")  # samples derived from step × (32 × 3)
+    np.testing.assert_array_equal(dash.trace("loss/train").x, [96, 192, 288])
+
+
+class FakeRun:
+    """The part of hpclab.run.Run the dashboard uses; rows arrive from a background thread."""
+
+    def __init__(self, workers: int = 2):
+        self.config = RunConfig(epochs=2)
+        self.workers = workers
+        self.status = "running"
+        self.done = False
+        self.history = pd.DataFrame()
+        self.epochs = pd.DataFrame()
+        self.callbacks = []
+        self._rows = history_rows(self.config, workers, 120)
+
+    def on_update(self, callback):
+        self.callbacks.append(callback)
+
+    def publish(self, n: int) -> None:
+        self.history = pd.DataFrame(self._rows[:n])
+        for cb in self.callbacks:
+            cb(self)
+
+
+def test_throttling_limits_redraws_and_delivers_the_final_state():
+    run = FakeRun()
+    dash = Dashboard(min_interval_s=0.5)
+    dash.attach(run)
+    start, t0 = dash.redraws, time.monotonic()
+    for n in range(1, 101):  # 100 callbacks, far faster than one per min_interval_s
+        run.publish(n)
+    allowed = 1 + int((time.monotonic() - t0) / 0.5)  # one per interval (+ a trailing one)
+    assert dash.redraws - start <= allowed < 100
+    run.status, run.done = "finished", True
+    run.publish(120)  # the run's final callback: drawn at once, whatever the interval
+    assert len(dash.trace("thr/global").x) == 120
+    assert "finished" in dash._status.value
+    assert dash.redraws - start <= allowed + 1
+
+
+def test_trailing_redraw_delivers_rows_that_arrive_during_the_quiet_interval():
+    run = FakeRun()
+    dash = Dashboard(min_interval_s=0.15, max_wait_s=2.0)
+    dash.attach(run)
+    run.publish(5)   # inside the interval: deferred, not dropped
+    assert len(dash.trace("thr/global").x) == 0
+    deadline = time.monotonic() + 2.0
+    while len(dash.trace("thr/global").x) != 5 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert len(dash.trace("thr/global").x) == 5
+    dash.detach()
+    run.publish(10)  # ignored once detached
+    time.sleep(0.2)
+    assert len(dash.trace("thr/global").x) == 5
+
+
+def test_static_figure_shares_the_trace_code(tmp_path):
+    a = load_run(write_run(tmp_path, workers=2, name="a"))
+    b = load_run(write_run(tmp_path, workers=4, name="b"))
+    one = figure([a], x="samples", ideal_single_rank=9000.0)
+    assert [t.name for t in one.data] == [s.props["name"] for s in
+                                          trace_specs(a, x="samples", ideal_single_rank=9000.0)]
+    np.testing.assert_allclose(one.data[3].y, [18_000.0, 18_000.0])  # rank0, rank1, global, ideal
+    both = figure([a, b])
+    assert {t.name for t in both.data} == {"a ×2", "b ×4"}
+    assert sum(bool(t.showlegend) for t in both.data) == 2
+    assert len(figure([]).data) == 0
+
+
+def test_modules_import_fast_without_tensorflow_or_widgets():
+    code = ("import sys, time; t = time.time(); import hpclab.live, hpclab.compare, hpclab.report;"
+            "dt = time.time() - t;"
+            "bad = [m for m in ('tensorflow', 'horovod', 'ipyparallel', 'ipywidgets') if m in sys.modules];"
+            "print(bad, dt); assert not bad, bad; assert dt < 3, dt")
+    subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True)
