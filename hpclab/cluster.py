@@ -97,8 +97,8 @@ class Lab:
         self._cluster = None
         self._engine_ids: list[int] = []
         self._lost: str | None = None
+        _LIVE_LABS.add(self)  # before start(): an interrupted start still gets cleaned up at exit
         self.start()
-        _LIVE_LABS.add(self)
 
     # -- lifecycle ------------------------------------------------------------------------------
     def start(self) -> None:

@@ -131,10 +131,12 @@ class RunConfig:
         """A short human label for legends: the name, or the knobs that usually differ."""
         if self.name:
             return self.name
-        rule = self.optimizer if self.optimizer in ("lars", "lamb", "adam") else self.lr_scaling
-        warm = f"+wu{self.warmup_epochs:g}" if self.warmup_epochs else ""
+        opt = f"{self.optimizer} " if self.optimizer in ("lars", "lamb", "adam") else ""
+        # warm-up ramps from base_lr to the scaled peak, so with no scaling there is no ramp
+        ramps = self.warmup_epochs and self.lr_scaling != "none"
+        warm = f"+wu{self.warmup_epochs:g}" if ramps else ""
         prec = "" if self.precision == "float32" else f" {self.precision.replace('mixed_', '')}"
-        return f"b{self.batch_per_worker} {rule}{warm}{prec}"
+        return f"b{self.batch_per_worker} {opt}{self.lr_scaling}{warm}{prec}"
 
     # -- (de)serialisation ------------------------------------------------------------------------
     def to_dict(self) -> dict:

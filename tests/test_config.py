@@ -130,6 +130,7 @@ def test_steps_and_max_steps():
 
 def test_label_names_the_knobs():
     assert RunConfig(batch_per_worker=256, lr_scaling="sqrt").label() == "b256 sqrt+wu1"
-    assert RunConfig(optimizer="lars", warmup_epochs=0).label() == "b64 lars"
+    assert RunConfig(optimizer="lars", warmup_epochs=0).label() == "b64 lars linear"
+    assert RunConfig(lr_scaling="none").label() == "b64 none"  # no scaling: warm-up has no ramp
     assert "bfloat16" in RunConfig(precision="mixed_bfloat16").label()
     assert RunConfig(name="mine").label() == "mine"
