@@ -118,7 +118,7 @@ def parse_mpiexec_version(text: str) -> tuple[str, str]:
     """(flavour, version) from ``mpiexec --version`` output, ("unknown", "") if unrecognised."""
     patterns = (
         ("intelmpi", r"Intel\(R\) MPI Library.*?Version\s+(\S+)"),
-        ("openmpi", r"Open MPI\)?\s+v?(\d[\w.]*)"),
+        ("openmpi", r"\((?:OpenRTE|Open MPI)\)\s+v?(\d[\w.]*)"),
         ("mpich", r"HYDRA build details:.*?Version:\s*(\S+)"),
     )
     for flavour, pattern in patterns:

@@ -131,7 +131,12 @@ class Lab:
                            f"{self.start_timeout:g} s ({exc}); check that `hpclab doctor` passes."
                            + (f"\nmpiexec said:\n{output[-2000:]}" if output else "")) from None
         ids = sorted(self.client.ids)
-        identities = self.client[ids].apply_sync(engine.init_worker, self.threads_per_worker)
+        try:
+            identities = self.client[ids].apply_sync(engine.init_worker, self.threads_per_worker)
+        except Exception as exc:  # ipyparallel wraps the engine's error; stop what we started
+            self.stop()
+            raise LabError(f"the engines started but could not initialise TensorFlow/Horovod "
+                           f"({exc}); run `hpclab doctor` to see which part is missing.") from exc
         order = sorted(range(len(ids)), key=lambda i: identities[i]["rank"])
         self._engine_ids = [ids[i] for i in order]
         self.ranks = [dict(identities[i], engine_id=ids[i]) for i in order]

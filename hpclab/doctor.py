@@ -21,7 +21,6 @@ import glob
 import importlib.metadata
 import importlib.util
 import json
-import logging
 import os
 import platform
 import shutil
@@ -186,7 +185,9 @@ def check_versions() -> dict[str, Any]:
         try:
             import horovod
             import horovod.tensorflow as hvd
-        except ImportError as err:
+        # ImportError covers a missing extension and Horovod's TF-version mismatch error; a
+        # library its ops need but the loader cannot find (libmpi) surfaces as TF's NotFoundError.
+        except (ImportError, OSError, tf.errors.NotFoundError) as err:
             raise DoctorError(
                 f"Horovod's TensorFlow module does not import ({err}); run `make setup` to build Horovod 0.28.1 against this TensorFlow."
             ) from None

@@ -1,0 +1,46 @@
+# hpclab: `make setup` once (a few minutes: it compiles Horovod), then `make lab` or `make test`.
+# Every target that needs the stack depends on `setup`, which is fast when nothing changed.
+
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+VENV := .venv
+PY := $(VENV)/bin/python
+PYTEST_FAST := -m "not mpi and not notebook and not browser"
+
+.PHONY: help setup test test-fast demo lab bench lock clean distclean
+
+help: ## show this help
+	@echo "hpclab make targets:"
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+	@echo "Environment: HPCLAB_MPI=system builds against the site MPI on PATH (see scripts/setup.sh)."
+
+setup: ## create .venv, install the locked packages, build/reuse Horovod, run `hpclab doctor --quick`
+	@scripts/setup.sh
+
+test: setup ## all tests, including real MPI engines, notebooks and the browser
+	$(PY) -m pytest
+
+test-fast: setup ## tests that need neither MPI engines, notebooks nor a browser
+	$(PY) -m pytest $(PYTEST_FAST)
+
+demo: setup ## 2-worker MNIST-1D sweep: batch size x {no scaling, linear+warmup, LARS} -> runs/demo/report.html
+	@scripts/demo.sh
+
+lab: setup ## JupyterLab on the workshop notebooks (prints the URL with its token)
+	$(VENV)/bin/jupyter lab notebooks/ --ip=127.0.0.1 --no-browser
+
+bench: setup ## throughput benchmarks
+	$(PY) benchmarks/run.py
+
+lock: setup ## rewrite requirements/lock.txt from .venv after changing requirements/base.in
+	@{ sed -n '/^#/p' requirements/lock.txt; \
+	   $(VENV)/bin/pip freeze --all --exclude-editable | grep -viE '^(pip|horovod|hpclab)(==| @)'; \
+	 } > requirements/lock.txt.new && mv requirements/lock.txt.new requirements/lock.txt
+	@echo "requirements/lock.txt updated; review it with git diff"
+
+clean: ## remove .venv and runs/ (keeps the compiled Horovod in .cache/wheels)
+	rm -rf $(VENV) runs/ .pytest_cache
+	find . -name __pycache__ -type d -prune -not -path './.cache/*' -exec rm -rf {} +
+
+distclean: clean ## also remove .cache (the next setup compiles Horovod again)
+	rm -rf .cache

@@ -1,0 +1,198 @@
+#!/usr/bin/env bash
+# Bare machine -> working hpclab stack, without root. Called by `make setup`; safe to re-run.
+#
+# Stages (each prints its elapsed time):
+#   1. venv     .venv with Python 3.11 ($HPCLAB_PYTHON, else python3.11, else a python3 that is 3.11)
+#   2. deps     pip install -r requirements/base.in -c requirements/lock.txt; pip install --no-deps -e .
+#               skipped when .venv/hpclab-deps.stamp matches (hash of base.in, lock.txt,
+#               pyproject.toml and the MPI choice)
+#   3. horovod  Horovod 0.28.1 compiled once per (Horovod, TensorFlow, MPI, Python) and kept in
+#               .cache/wheels/<key>/ with a build.json; see hpclab/_build.py. Skipped when the
+#               installed Horovod came from a matching cached wheel and its MPI ops link the
+#               expected libmpi (ldd).
+#   4. doctor   .venv/bin/hpclab doctor --quick
+#
+# Environment:
+#   HPCLAB_MPI=pypi     (default) MPI from the PyPI `mpich` wheel, installed into the venv.
+#   HPCLAB_MPI=system   use the site MPI whose `mpicc`/`mpiexec` are on PATH (e.g. after
+#                       `module load openmpi`): the mpich wheel is not installed, mpi4py is built
+#                       from source with that mpicc, Horovod is compiled against it, and the wheel
+#                       cache key carries a hash of `mpicc -show` plus mpichversion/ompi_info output.
+#                       NOTE: this path cannot be exercised on the project's test machines (they
+#                       have no site MPI); it follows the mpi4py and Horovod install docs.
+#   HPCLAB_PYTHON       interpreter to create the venv with (must be Python 3.11).
+#   HPCLAB_BUILD_JOBS   parallel compile jobs for Horovod (default: nproc, at most 8; each job
+#                       needs about 1.5 GB of memory because of the TensorFlow headers).
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+ROOT="$PWD"
+VENV="$ROOT/.venv"
+PY="$VENV/bin/python"
+CACHE="$ROOT/.cache"
+HOROVOD_VERSION=0.28.1
+MPI_MODE="${HPCLAB_MPI:-pypi}"
+export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_PROGRESS_BAR=off PIP_ROOT_USER_ACTION=ignore
+
+T_TOTAL=$SECONDS
+T_STAGE=$SECONDS
+stage() { T_STAGE=$SECONDS; echo "==> [setup] $*"; }
+stage_done() { echo "    [setup] $1 took $((SECONDS - T_STAGE)) s"; }
+die() { echo "setup failed: $*" >&2; exit 1; }
+
+case "$MPI_MODE" in
+  pypi|system) ;;
+  *) die "HPCLAB_MPI must be 'pypi' or 'system', you set HPCLAB_MPI='$MPI_MODE'." ;;
+esac
+
+# One setup at a time per checkout (two terminals, or `make -j`): the second waits for the first.
+mkdir -p "$CACHE"
+if command -v flock >/dev/null; then
+  exec 9>"$CACHE/setup.lock"
+  flock -w 3600 9 || die "another \`make setup\` has held .cache/setup.lock for an hour; stop it and try again."
+fi
+
+# ---------------------------------------------------------------------------------------------
+stage "venv: Python 3.11 virtual environment in .venv"
+is_py311() { "$1" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' 2>/dev/null; }
+if [[ -x "$PY" ]]; then
+  is_py311 "$PY" || die ".venv exists but is not Python 3.11; remove it with \`make clean\` and run \`make setup\` again."
+  echo "    .venv exists ($("$PY" -V))"
+else
+  BASE_PY=""
+  for candidate in "${HPCLAB_PYTHON:-}" python3.11 python3; do
+    [[ -n "$candidate" ]] || continue
+    path="$(command -v "$candidate" || true)"
+    if [[ -n "$path" ]] && is_py311 "$path"; then BASE_PY="$path"; break; fi
+  done
+  [[ -n "$BASE_PY" ]] || die "no Python 3.11 found (tried \$HPCLAB_PYTHON, python3.11, python3); install Python 3.11 or point HPCLAB_PYTHON at one (TensorFlow 2.15 + Horovod 0.28.1 need 3.11)."
+  echo "    creating .venv with $BASE_PY ($("$BASE_PY" -V))"
+  "$BASE_PY" -m venv "$VENV"
+  "$PY" -m pip install --quiet --upgrade "pip>=24"
+fi
+stage_done venv
+
+# ---------------------------------------------------------------------------------------------
+stage "deps: Python packages from requirements/lock.txt (MPI: $MPI_MODE)"
+SYSTEM_MPICC=""
+if [[ "$MPI_MODE" == system ]]; then
+  # The first mpicc on PATH that is not the venv's own.
+  SYSTEM_MPICC="$(PATH="$(echo "$PATH" | tr ':' '\n' | grep -vxF "$VENV/bin" | paste -sd:)" command -v mpicc || true)"
+  [[ -n "$SYSTEM_MPICC" ]] || die "HPCLAB_MPI=system but no mpicc is on PATH; load your site MPI first (e.g. \`module load mpich\`)."
+  echo "    site MPI: $SYSTEM_MPICC"
+fi
+stamp_now() {
+  {
+    cat requirements/base.in requirements/lock.txt pyproject.toml
+    echo "mpi=$MPI_MODE"
+    if [[ -n "$SYSTEM_MPICC" ]]; then "$SYSTEM_MPICC" -show 2>/dev/null || "$SYSTEM_MPICC" --showme; fi
+  } | sha256sum | cut -d' ' -f1
+}
+STAMP_FILE="$VENV/hpclab-deps.stamp"
+STAMP="$(stamp_now)"
+if [[ -f "$STAMP_FILE" && "$(cat "$STAMP_FILE")" == "$STAMP" ]]; then
+  echo "    up to date (stamp matches base.in + lock.txt + pyproject.toml)"
+else
+  if [[ "$MPI_MODE" == pypi ]]; then
+    "$PY" -m pip install -r requirements/base.in -c requirements/lock.txt
+    if [[ "$(cat "$VENV/hpclab-mpi-mode" 2>/dev/null)" == system ]]; then
+      # Back from a site MPI: the source-built mpi4py links that MPI; take the PyPI wheels again.
+      "$PY" -m pip install --force-reinstall --no-deps --only-binary=mpi4py mpi4py mpich -c requirements/lock.txt
+    fi
+  else
+    # Site MPI: everything but mpich/mpi4py from the lock, then mpi4py compiled with the site mpicc.
+    reqs="$VENV/hpclab-base-system.in"
+    "$PY" -m hpclab._build requirements requirements/base.in --without mpich mpi4py > "$reqs"
+    if "$PY" -m pip show --quiet mpich 2>/dev/null; then
+      echo "    removing the PyPI mpich wheel (HPCLAB_MPI=system)"
+      "$PY" -m pip uninstall --yes mpich
+    fi
+    "$PY" -m pip install -r "$reqs" -c requirements/lock.txt
+    MPICC="$SYSTEM_MPICC" "$PY" -m pip install --no-binary=mpi4py --no-cache-dir --force-reinstall \
+      --no-deps "mpi4py" -c requirements/lock.txt
+  fi
+  "$PY" -m pip install --quiet --no-deps --no-build-isolation -e .
+  echo "$MPI_MODE" > "$VENV/hpclab-mpi-mode"
+  echo "$STAMP" > "$STAMP_FILE"
+fi
+stage_done deps
+
+# ---------------------------------------------------------------------------------------------
+stage "horovod: Horovod $HOROVOD_VERSION with TensorFlow, MPI and Gloo"
+build() { "$PY" -m hpclab._build "$@"; }
+
+build_horovod() {  # build_horovod KEY DIR: compile the wheel into DIR with its build.json
+  local key="$1" dir="$2" tmp log start jobs
+  command -v c++ >/dev/null || command -v g++ >/dev/null \
+    || die "building Horovod needs a C++17 compiler (g++ >= 8) on PATH; install it or \`module load gcc\`."
+  command -v make >/dev/null || die "building Horovod needs \`make\` on PATH; install it."
+  jobs="${HPCLAB_BUILD_JOBS:-$(nproc)}"; (( jobs <= 8 )) || jobs=8
+  mkdir -p "$CACHE/logs" "$CACHE/tmp"
+  tmp="$(mktemp -d "$CACHE/tmp/horovod.XXXXXX")"
+  log="$CACHE/logs/horovod-$key.log"
+  echo "    building Horovod $HOROVOD_VERSION ($key) with $jobs jobs; this takes a few minutes; log: ${log#"$ROOT"/}"
+  start=$SECONDS
+  # --no-cache-dir: pip's wheel cache is keyed by name+version only and could hand back a Horovod
+  # linked against another MPI. --no-build-isolation: compile against the venv's TensorFlow.
+  # PATH: the venv's cmake (<4; pip's cmake 4 rejects Horovod's bundled gloo) and, with the
+  # PyPI MPI, the venv's mpicc/mpiexec come first.
+  if ! env PATH="$VENV/bin:$PATH" \
+      HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_MPI=1 HOROVOD_WITH_GLOO=1 \
+      HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 \
+      CMAKE_POLICY_VERSION_MINIMUM=3.5 MAKEFLAGS="-j$jobs" \
+      "$PY" -m pip wheel --no-build-isolation --no-deps --no-cache-dir -w "$tmp" \
+      "horovod==$HOROVOD_VERSION" > "$log" 2>&1; then
+    tail -n 40 "$log" >&2
+    rm -rf "$tmp"
+    die "the Horovod build failed (last lines above, full log in ${log#"$ROOT"/}); check the compiler and MPI it names."
+  fi
+  rm -rf "$dir"
+  mkdir -p "$dir"
+  mv "$tmp"/horovod-*.whl "$dir"/
+  rm -rf "$tmp"
+  build write-meta "$dir" "$(ls "$dir"/horovod-*.whl)" --seconds "$((SECONDS - start))"
+  echo "    built $(basename "$dir"/horovod-*.whl) in $((SECONDS - start)) s"
+}
+
+install_horovod() {  # install_horovod DIR: install the cached wheel in DIR and record it
+  local wheel
+  wheel="$(build check-cache "$1" 2>/dev/null)" || die "no usable wheel in $1 after building it ($(build check-cache "$1" 2>&1))."
+  "$PY" -m pip install --no-deps --force-reinstall "$wheel"
+  build mark-installed "$1"
+}
+
+if reason="$(build check-installed 2>&1)"; then
+  echo "    Horovod $HOROVOD_VERSION already installed and verified: $reason"
+else
+  echo "    installed Horovod not usable: $reason"
+  KEY="$(build key)" || die "could not describe the build environment; see the message above."
+  DIR="$CACHE/wheels/$KEY"
+  build check-cache "$DIR" > /dev/null || build_horovod "$KEY" "$DIR"
+  install_horovod "$DIR"
+  if ! reason="$(build check-installed 2>&1)"; then
+    echo "    after installing the cached wheel: $reason; rebuilding it from source"
+    build_horovod "$KEY" "$DIR"
+    install_horovod "$DIR"
+    reason="$(build check-installed 2>&1)" || die "Horovod still fails its check after a fresh build ($reason); remove .cache/wheels and run \`make setup\` again."
+  fi
+  echo "    verified: $reason"
+  # One real import: Horovod must load its TensorFlow ops and report both controllers.
+  TF_CPP_MIN_LOG_LEVEL=2 "$PY" - <<'EOF' || die "Horovod was installed but does not initialise; run \`.venv/bin/hpclab doctor\` for details."
+import horovod.tensorflow as hvd
+hvd.init()
+assert hvd.mpi_built() and hvd.gloo_built(), "Horovod lacks the MPI or the Gloo controller"
+print(f"    horovod.tensorflow initialised: size={hvd.size()} mpi_built={hvd.mpi_built()} gloo_built={hvd.gloo_built()}")
+EOF
+fi
+stage_done horovod
+
+# ---------------------------------------------------------------------------------------------
+stage "doctor: hpclab doctor --quick"
+if [[ -f hpclab/cli.py && -x "$VENV/bin/hpclab" ]]; then
+  "$VENV/bin/hpclab" doctor --quick || die "hpclab doctor found a problem; its message above says what to do."
+else
+  echo "    hpclab CLI not available yet; skipped"
+fi
+stage_done doctor
+
+echo "==> [setup] done in $((SECONDS - T_TOTAL)) s (MPI: $MPI_MODE)"
