@@ -18,6 +18,7 @@ setup: ## create .venv, install the locked packages, build/reuse Horovod, run `h
 	@scripts/setup.sh
 
 test: setup ## all tests, including real MPI engines, notebooks and the browser
+	@scripts/install-browser.sh
 	$(PY) -m pytest
 
 test-fast: setup ## tests that need neither MPI engines, notebooks nor a browser

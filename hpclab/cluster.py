@@ -255,9 +255,11 @@ class Lab:
         from hpclab.sweep import run_sweep
         return run_sweep(self, cfg, progress=progress, **grid)
 
-    def panel(self):
+    def panel(self, **kwargs):
+        """The control panel and live dashboard (kwargs go to `hpclab.controls.Panel`,
+        e.g. `base=RunConfig(...)` for the knobs' starting values)."""
         from hpclab.controls import Panel
-        return Panel(self).widget
+        return Panel(self, **kwargs).widget
 
 
 @atexit.register

@@ -80,7 +80,13 @@ def allreduce_check() -> dict:
 
 def train(cfg_dict: dict, run_dir: str, data_dir: str) -> dict:
     """Train one run on this rank and return this rank's summary (rank 0's also has the rows)."""
-    return _Trainer(cfg_dict, Path(run_dir), Path(data_dir)).run()
+    _STATE.pop("last_trainer", None)  # free the previous run's model, graphs and pipeline now
+    trainer = _Trainer(cfg_dict, Path(run_dir), Path(data_dir))
+    summary = trainer.run()
+    # Tearing down TF graphs and a tf.data iterator can take seconds on a busy machine; keep
+    # the trainer alive until the next run so this rank's reply goes out at once.
+    _STATE["last_trainer"] = trainer
+    return summary
 
 
 class _Trainer:
@@ -236,7 +242,7 @@ class _Trainer:
                                      "total_steps": self.total_steps}})
 
         t_start = time.perf_counter()
-        iterator = iter(self.train_ds)
+        iterator = self.iterator = iter(self.train_ds)  # kept: see train()
         if publish:
             publish_now("running")  # tells the client the ranks reached the training loop
         while step < self.total_steps:
@@ -303,6 +309,8 @@ class _Trainer:
                 publish_now("running")
                 last_publish = time.perf_counter()
         train_time = time.perf_counter() - t_start
+        if publish:
+            publish_now(status)  # the final rows, and word that every rank has left the loop
 
         skip = max(3, int(0.1 * len(call_rates)))
         stats = throughput_stats(call_rates, skip=skip)
@@ -326,8 +334,6 @@ class _Trainer:
         if self.rank == 0:
             summary["rows"] = rows
             summary["epochs"] = epochs
-            if publish:
-                publish_now(status)
         return summary
 
     def _row(self, step, t, window, steps, rank_samples, rank_time, noise) -> dict:

@@ -20,8 +20,9 @@ from hpclab.config import RunConfig
 from hpclab.runs import RunRecord, RunStore
 
 POLL_S = 0.2
-STOP_GRACE_S = 5.0      # after a STOP request to a training run, how long before the last-resort abort
-SETUP_GRACE_S = 180.0   # the same while ranks still set up (data generation, first trace)
+STOP_GRACE_S = 10.0     # after a STOP request to a training run, how long before the last-resort abort
+SETUP_GRACE_S = 180.0   # the same while ranks still set up (data generation, first trace), or
+                        # after rank 0 said the ranks left the loop (they are only finishing up)
 PEER_GRACE_S = 5.0      # a rank raised while others still run: they are blocked in an allreduce
 
 
@@ -50,6 +51,7 @@ class Run:
         self.started = time.time()
         self._stop_requested_at: float | None = None
         self._training_seen = False        # rank 0 has published from inside the training loop
+        self._loop_left = False            # rank 0 published a final state: every rank left it
         self._thread = threading.Thread(target=self._monitor, name=f"hpclab-run-{self.run_id}",
                                         daemon=True)
         self._thread.start()
@@ -116,7 +118,8 @@ class Run:
                     return
                 if any(finished) and self._peer_failed():
                     return
-                grace = STOP_GRACE_S if self._training_seen else SETUP_GRACE_S
+                in_loop = self._training_seen and not self._loop_left
+                grace = STOP_GRACE_S if in_loop else SETUP_GRACE_S
                 if (self._stop_requested_at is not None
                         and time.time() - self._stop_requested_at > grace):
                     self._fail("the ranks did not stop within "
@@ -133,6 +136,7 @@ class Run:
         if not payload:
             return
         self._training_seen = True
+        self._loop_left = payload.get("state", "running") != "running"
         self._merge(payload.get("rows", []), payload.get("epochs", []))
 
     def _merge(self, rows: list[dict], epochs: list[dict]) -> None:

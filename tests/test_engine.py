@@ -114,6 +114,7 @@ def test_stop_ends_every_rank_within_two_seconds(lab):
     run.stop(timeout=10)
     latency = time.perf_counter() - t0
     assert run.done and run.status == "stopped"
+    print(f"stop latency {latency:.2f} s")
     assert latency < 2.0, f"stop took {latency:.2f} s"
     assert run.summary["steps"] < RunConfig(num_samples=8000, epochs=200).total_steps(2)
     rec = load_run(run.path)
