@@ -19,7 +19,7 @@ def __getattr__(name):  # lazy: ipyparallel/plotly load only when used
         from hpclab import run
         return getattr(run, name)
     if name == "compare":
-        from hpclab.compare import compare
+        from hpclab.comparison import compare
         return compare
     if name == "write_report":
         from hpclab.report import write_report

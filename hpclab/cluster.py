@@ -120,7 +120,7 @@ class Lab:
         self.runs_dir.mkdir(parents=True, exist_ok=True)
         cluster = ipp.Cluster(engines=self.launcher, n=self.workers, config=config,
                               engine_timeout=int(self.start_timeout),
-                              log_level=logging.WARNING)
+                              log_level=logging.ERROR)  # our own errors say what to do
         self._cluster = cluster
         try:
             self.client = cluster.start_and_connect_sync()

@@ -17,7 +17,7 @@ from typing import Any, Iterable
 import plotly
 import plotly.graph_objects as go
 
-from hpclab.compare import (accuracy_vs_batch, compare, default_target, describe_target,
+from hpclab.comparison import (accuracy_vs_batch, compare, default_target, describe_target,
                             facts_of, scaling_efficiency, steps_to_target_chart, table_html)
 from hpclab.live import figure
 

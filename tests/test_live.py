@@ -297,7 +297,7 @@ def test_static_figure_shares_the_trace_code(tmp_path):
 
 
 def test_modules_import_fast_without_tensorflow_or_widgets():
-    code = ("import sys, time; t = time.time(); import hpclab.live, hpclab.compare, hpclab.report;"
+    code = ("import sys, time; t = time.time(); import hpclab.live, hpclab.comparison, hpclab.report;"
             "dt = time.time() - t;"
             "bad = [m for m in ('tensorflow', 'horovod', 'ipyparallel', 'ipywidgets') if m in sys.modules];"
             "print(bad, dt); assert not bad, bad; assert dt < 3, dt")

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from hpclab.compare import (Comparison, accuracy_vs_batch, compare, default_target,
+from hpclab.comparison import (Comparison, accuracy_vs_batch, compare, default_target,
                             scaling_efficiency, steps_to_target, steps_to_target_chart,
                             time_to_target)
 from hpclab.config import RunConfig

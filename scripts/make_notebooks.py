@@ -1,0 +1,778 @@
+#!/usr/bin/env python
+"""Build the workshop notebooks in notebooks/ from the cells below (stored without outputs).
+
+    .venv/bin/python scripts/make_notebooks.py          # rewrite notebooks/*.ipynb
+    .venv/bin/python scripts/make_notebooks.py --check  # exit 1 if a stored notebook differs
+
+Edit the cells here, not the .ipynb files: the notebooks stay thin, consistent with each other
+and free of outputs, and tests/test_notebooks.py checks that the stored files match this script.
+Cell ids are fixed (``<notebook>-<nn>``) so rebuilding gives byte-identical files.
+
+Style (docs/architecture.md, DESIGN "Style"): imports, a preset, calls into hpclab, prose that
+teaches; no ``def``, no ``%%px``, no training code, no absolute paths. Every claim a notebook makes
+is something the notebook itself measures and shows; where a number could go either way the
+prose asks the reader to compare, and GPU-only claims say so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import nbformat
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "notebooks"
+
+KERNELSPEC = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
+
+
+def md(text: str):
+    return ("markdown", text)
+
+
+def code(text: str):
+    return ("code", text)
+
+
+# The preset every notebook starts from. 40,960 samples = 32,768 for training (a power of two, so
+# every batch size used here divides an epoch exactly) + 8,192 for validation. steps_per_call=4
+# keeps the compile at the start of each run short (a few seconds) while still amortising the
+# per-call Python overhead over 4 optimizer steps.
+PRESET_NOTE = """\
+**The preset.** `num_samples=40960` gives 32,768 training samples (a power of two, so every
+batch size in these notebooks divides an epoch exactly) and 8,192 validation samples. The
+first notebook that asks for it generates MNIST-1D once and caches it in `data/` (about half a
+minute); afterwards it loads in a blink. `steps_per_call=4` compiles four optimizer steps into one
+TensorFlow call: each run starts with a short compile, and the Python overhead per call is shared
+by four steps."""
+
+# =============================================================================================
+# 00 welcome
+# =============================================================================================
+NB00 = [
+    md("""\
+# 00 · Welcome to hpclab — and a health check
+
+**hpclab** is a lab for *data-parallel* deep learning. You start *N* worker processes
+(MPI ranks), each holds a full copy of a small neural network, each trains on its own shard of
+the data, and after every step the ranks average their gradients with an **allreduce**
+([Horovod](https://horovod.readthedocs.io/)), so all copies stay identical. From this notebook
+you steer the ranks; they run as [ipyparallel](https://ipyparallel.readthedocs.io/) MPI
+engines in the background.
+
+The data set is **MNIST-1D** (Greydanus 2020): ten classes of short 1-D signals, generated on the
+fly — small enough to train in seconds on a laptop, hard enough that batch size and learning
+rate visibly matter. The model is the paper's 1-D CNN (5,210 parameters).
+
+This notebook checks that everything works: start two ranks, look at them, train for two
+epochs while a live dashboard draws, and read the health signs. It takes about a minute."""),
+    code("""\
+import pandas as pd
+
+import hpclab
+from hpclab import Lab, RunConfig
+from hpclab.live import Dashboard
+
+hpclab.__version__"""),
+    md("""\
+## Start the lab
+
+`Lab(workers=2)` starts two MPI engines, imports TensorFlow on each and initialises Horovod.
+It takes about ten seconds. Everything below talks to these two processes."""),
+    code("""\
+lab = Lab(workers=2)
+lab"""),
+    md("""\
+`lab.ranks` shows who is who: the Horovod **rank** (0 … N−1), the process id and host of each
+engine, how many CPU threads it may use and how many GPUs it sees. On a cluster the hosts
+differ; here both ranks share one machine."""),
+    code("""\
+pd.DataFrame(lab.ranks)"""),
+    md("""\
+## Describe a run
+
+A `RunConfig` holds every knob of one training run. It is checked before any engine starts —
+try `RunConfig(precision="fp8")` later and read the message. `derived(workers)` prints the
+numbers that follow from it: the **global batch** (samples per optimizer step, over all
+ranks), the peak learning rate after scaling, and the steps per epoch.
+
+""" + PRESET_NOTE),
+    code("""\
+cfg = RunConfig(num_samples=40960, steps_per_call=4, batch_per_worker=64, epochs=2)
+cfg.derived(lab.workers)"""),
+    md("""\
+## Train, and watch it live
+
+`lab.run(cfg)` returns at once; the ranks train in the background and stream telemetry back.
+The dashboard draws throughput (one line per rank, and the sum), loss, accuracy, the learning
+rate (the first epoch is a warm-up ramp) and the gradient-noise-scale estimate (notebook 05).
+The first run on fresh engines also builds the data pipeline and compiles the training step,
+so the first points take a few seconds to appear."""),
+    code("""\
+run = lab.run(cfg)
+dash = Dashboard(title="first run: 2 ranks, batch 64 per rank")
+dash.attach(run)
+dash"""),
+    code("""\
+run.wait()
+run.epochs"""),
+    md("""\
+## Health check: read the numbers
+
+Three signs that the lab works — check each against the output below:
+
+1. **status** is `finished` (not `failed` or `diverged`).
+2. **val_accuracy** is well above 0.10, the accuracy of guessing one of ten classes. (The
+   MNIST-1D paper reports about 0.94 for this CNN after full training; two epochs get part of
+   the way.)
+3. **weights_digest** has one fingerprint per rank. If they are *equal*, every rank ended with
+   bit-identical weights — the allreduce kept the replicas in sync, which is the whole point of
+   data parallelism."""),
+    code("""\
+{key: run.summary[key] for key in ("status", "val_accuracy", "weights_digest", "world_size",
+                                    "global_batch", "train_time_s")}"""),
+    md("""\
+**Throughput.** `samples_per_sec` is the global rate after the warm-up calls, with a ±95 %
+band; `rank_samples_per_sec` is each rank's own share. Compare the two shares: in synchronous
+training every rank waits for the others at each allreduce, so if they come out nearly equal,
+that is why — one slow rank (say, a core busy with something else) slows every rank."""),
+    code("""\
+run.summary["samples_per_sec"], run.summary["samples_per_sec_ci95"], run.summary["rank_samples_per_sec"]"""),
+    md("""\
+Every run is recorded on disk (`runs/<run_id>/`: config, live history, epochs, summary) and can
+be read back after a kernel restart with `hpclab.load_run(path)`; `hpclab.list_runs()` lists
+them."""),
+    code("""\
+hpclab.list_runs().head(3)"""),
+    md("""\
+## The control panel
+
+`lab.panel()` puts every knob on one screen: workers, batch, learning-rate rule, optimizer,
+precision. The derived numbers update as you type, **Run** starts a run on this lab with a live
+dashboard (earlier runs are overlaid, faded), **Stop** asks all ranks to stop after the same
+step. Nothing runs until you press **Run**."""),
+    code("""\
+lab.panel()"""),
+    md("""\
+## Exercise
+
+Use the panel (or a new `RunConfig`) to run the same two epochs with **batch 512 per worker**
+instead of 64. Before you press Run, predict: will the global throughput (samples/s) go up or
+down? Will the validation accuracy after two epochs go up or down? Then compare with the run
+above.
+
+*Hints:* the panel's derived numbers show how many optimizer steps two epochs now take.
+Fewer, larger steps mean less per-step overhead — and fewer updates of the weights. Notebooks
+01 and 02 measure both effects properly. When you are done, run the last cell: it stops the
+engines."""),
+    code("""\
+# your experiment here (optional), e.g.
+# run2 = lab.run(cfg.replace(batch_per_worker=512)); run2.wait(); run2.summary["val_accuracy"]"""),
+    code("""\
+lab.stop()"""),
+]
+
+# =============================================================================================
+# 01 batch size vs accuracy
+# =============================================================================================
+NB01 = [
+    md("""\
+# 01 · Batch size vs accuracy: the learning rate must follow the batch
+
+With *N* workers, every optimizer step consumes a **global batch** of *N* × `batch_per_worker`
+samples. A larger global batch means fewer steps per epoch — here an epoch is 32,768 samples,
+so 256 steps at batch 128 but only 16 steps at batch 2048. If the learning rate stays the same,
+the same number of epochs now makes far fewer weight updates.
+
+Three recipes, each at three global batch sizes (128, 512, 2048 on two workers), three epochs:
+
+| recipe | learning rate at batch B | idea |
+|---|---|---|
+| **no scaling** | 0.05 at every B | the baseline: what happens if you only change the batch |
+| **linear + warm-up** | 0.05 · B / 64, reached after a 1-epoch ramp | Goyal et al. 2017 (arXiv:1706.02677): *k* × the batch, *k* × the LR |
+| **LARS** | 0.2 · B / 2048, per-layer trust ratio η · ‖w‖ / ‖g‖ with η = 0.1 | You et al. 2017 (arXiv:1708.03888): each layer's step is scaled to its own weight norm |
+
+Nine runs, about a minute and a half on two idle cores. The question is not which recipe "wins" —
+it is *what each recipe does as the batch grows*, including how it fails."""),
+    code("""\
+from hpclab import Lab, RunConfig
+from hpclab.comparison import accuracy_vs_batch, compare"""),
+    code("""\
+lab = Lab(workers=2)"""),
+    md(PRESET_NOTE + """
+
+The LARS settings (peak LR 0.2 at batch 2048, η = 0.1) were chosen for this lab by trying a few
+pairs at batch 2048. LARS always needs such tuning: the paper's η = 0.001 goes with the very
+large learning rates of ImageNet ResNets (try it in the exercise)."""),
+    code("""\
+base = RunConfig(num_samples=40960, steps_per_call=4, epochs=3)
+
+no_scaling = base.replace(lr_scaling="none", warmup_epochs=0)
+linear = base.replace(lr_scaling="linear", warmup_epochs=1)
+lars = base.replace(optimizer="lars", lars_eta=0.1, base_lr=0.2, base_batch=2048,
+                    lr_scaling="linear", warmup_epochs=1)
+
+batches = [64, 256, 1024]   # per worker: global batch 128, 512, 2048 on 2 workers"""),
+    md("""\
+## The sweep
+
+`lab.sweep(config, batch_per_worker=[...])` runs one training run per value, one after another,
+and prints a line per run with its global batch and peak learning rate. A diverged or failed
+run does not stop the sweep — it is a result. (Run the notebook again and the sweep *skips*
+points already recorded under `runs/`: delete that folder, or change a setting, to train
+afresh.)"""),
+    code("""\
+records = (lab.sweep(no_scaling, batch_per_worker=batches)
+           + lab.sweep(linear, batch_per_worker=batches)
+           + lab.sweep(lars, batch_per_worker=batches))"""),
+    code("""\
+accuracy_vs_batch(records)"""),
+    code("""\
+compare(records).table[["label", "global_batch", "peak_lr", "status", "val_accuracy"]]"""),
+    md("""\
+## Read the numbers
+
+Use the chart and the table above (final validation accuracy after three epochs; 0.10 is
+guessing):
+
+* **No scaling.** Follow its accuracy from batch 128 to 2048. If it falls, that is the fewer
+  updates at an unchanged learning rate: the runs are not unstable, they are *unfinished*.
+* **Linear + warm-up.** At batch 512 its learning rate is 8× the baseline's. Compare its
+  accuracy there with no-scaling's: if it is higher, scaling the LR bought back the progress the
+  missing steps cost. Then look at batch 2048, where the rule asks for LR 1.6.
+* **LARS.** At batch 2048, compare its accuracy with the other two. Also look at batch 128:
+  LARS settings tuned for a large batch are not automatically the best at a small one.
+
+Finally, does any recipe at batch 2048 come close to the batch-128 accuracies? At the largest
+batch every recipe gets only 48 updates in total (16 per epoch), against 768 at batch 128.
+Notebook 05 asks how many steps a given batch size really needs."""),
+    md("""\
+## A closer look at the largest batch
+
+Validation accuracy per epoch for the three recipes at batch 2048 (`records[2::3]` picks the
+last run of each sweep: no scaling, linear, LARS), then the per-epoch numbers of the linear
+run."""),
+    code("""\
+compare(records[2::3]).figure()"""),
+    code("""\
+records[5].epochs[["epoch", "step", "lr", "loss", "accuracy", "val_accuracy"]]"""),
+    md("""\
+If the linear run's training loss sits near **2.30 = ln 10** while its accuracy sits near
+0.10, the network ended up predicting (nearly) the same distribution for every input: the
+learning rate knocked it out of the region where it learns, and it never came back. hpclab
+marks a run `diverged` only when the loss turns NaN or infinite and stops it; a run like this
+one can collapse *quietly*, with status `finished`. Always read the accuracy, not just the
+status.
+
+Warm-up is meant to help a large learning rate survive the first steps, while the weights
+are still random and the gradients large (Goyal et al. 2017). The batch-2048 linear run had
+a full epoch of warm-up: read its `lr` column above to see what it went through."""),
+    md("""\
+## Exercise
+
+1. Run LARS at batch 2048 with the paper's trust coefficient, `lars_eta=0.001`. What happens to
+   the accuracy, and why?
+2. Give the batch-2048 runs more steps: rerun the linear and LARS recipes at batch 2048 with
+   `epochs=12` (192 steps, still only seconds here). Which recipe benefits?
+3. Try the square-root rule, `lr_scaling="sqrt"` (LR 0.05 · √(B/64)), on the same three batches.
+
+*Hints:* with LARS each layer moves by about `lr × η × ‖w‖` per step, so η = 0.001 with
+LR 0.2 means a relative change of 0.02 % per step — count how many steps 3 epochs give you.
+For 2 and 3 use `lab.sweep(linear.replace(epochs=12), batch_per_worker=[1024])` and
+`accuracy_vs_batch(...)` as above. The sqrt rule sits between "none" and "linear": safer at
+large batches, slower at medium ones."""),
+    code("""\
+# your experiments here, e.g.
+# more = lab.sweep(lars.replace(lars_eta=0.001), batch_per_worker=[1024])
+# compare(more).table"""),
+    code("""\
+lab.stop()"""),
+]
+
+
+# =============================================================================================
+# 02 hardware vs statistical efficiency
+# =============================================================================================
+NB02 = [
+    md("""\
+# 02 · Hardware efficiency vs statistical efficiency
+
+A bigger batch changes two different things, and they pull in opposite directions:
+
+* **Hardware efficiency** — *samples per second*. Every optimizer step pays fixed costs: a
+  Python call, kernel launches, an allreduce whose latency does not depend on the batch. A
+  bigger batch spreads them over more samples, so samples/s rises — until the arithmetic
+  itself is the bottleneck.
+* **Statistical efficiency** — *how many steps (or samples) it takes to reach a target
+  accuracy*. Up to some batch size, doubling the batch halves the steps needed ("perfect
+  scaling"); beyond it, the extra samples per step are partly wasted (Shallue et al. 2018,
+  arXiv:1811.03600).
+
+What you pay for on a cluster is **time to target = steps to target × time per step**. This
+notebook measures both halves on two workers, about two minutes."""),
+    code("""\
+import plotly.express as px
+
+from hpclab import Lab, RunConfig
+from hpclab.comparison import compare, steps_to_target_chart"""),
+    code("""\
+lab = Lab(workers=2)"""),
+    md(PRESET_NOTE),
+    code("""\
+base = RunConfig(num_samples=40960, steps_per_call=4)"""),
+    md("""\
+## Part 1 — hardware efficiency: samples/s vs batch
+
+Short runs (32 steps each) at four batch sizes, 2,048 down to 8 per worker: we only read
+their throughput, not their accuracy (the learning rate is left unscaled so no run is cut short
+by a blow-up). `samples_per_sec` skips the first calls (compile, warm-up) and averages the
+rest. The largest batch goes first: if the first run on fresh engines pays one-time costs,
+this order makes them count *against* the trend we are looking for, not for it."""),
+    code("""\
+speed = base.replace(epochs=8, max_steps=32, lr_scaling="none")
+speed_table = compare(lab.sweep(speed, batch_per_worker=[2048, 512, 64, 8])).table
+speed_table[["global_batch", "samples_per_sec", "wall_time_s"]]"""),
+    code("""\
+px.line(speed_table, x="global_batch", y="samples_per_sec", log_x=True, log_y=True, markers=True,
+        title="Hardware efficiency: global throughput vs global batch (2 workers)")"""),
+    md("""\
+**Read the numbers.** Divide the throughput at the largest batch by the one at the smallest:
+that factor is pure hardware efficiency, the same model doing the same arithmetic per sample.
+Where the line flattens, the fixed per-step costs no longer matter and the cores are busy with
+arithmetic. (Time per step = global batch ÷ samples/s: compute it for two rows and see how
+little it grows at small batches.) One run's throughput is one measurement: on a shared
+machine it moves from run to run. If a single point breaks the trend, measure it again with
+`lab.run(speed.replace(batch_per_worker=512)).wait()["samples_per_sec"]` (a sweep would skip
+a point it has already recorded).
+
+## Part 2 — statistical efficiency: steps to a target accuracy
+
+Now full runs, 6 epochs each, at global batch 128, 256, 512 and 1,024, with the square-root
+learning-rate rule and a 1-epoch warm-up (LR = 0.05 · √(B/64)). Notebook 01 showed that the
+linear rule breaks down at large batches; check in the table below that every run here
+trained (status `finished`, accuracy far above 0.10)."""),
+    code("""\
+accurate = base.replace(epochs=6, lr_scaling="sqrt", warmup_epochs=1)
+records = lab.sweep(accurate, batch_per_worker=[64, 128, 256, 512])"""),
+    code("""\
+steps_to_target_chart(records)"""),
+    code("""\
+compare(records).table[["global_batch", "status", "val_accuracy", "samples_per_sec",
+                         "steps_to_target", "time_to_target_s"]]"""),
+    md("""\
+The target (in the chart's title) is 90 % of the best final validation accuracy among these
+runs. Validation runs once per epoch, so "steps to target" means "steps at the end of the
+first epoch that reached it" — a resolution of one epoch.
+
+**Read the numbers.**
+
+* *Left panel, steps:* the dotted line is perfect scaling, 1/B, drawn from the smallest batch.
+  Where the measured points sit *on* it, doubling the batch halved the steps. Where they bend
+  *above* it, the bigger batch needed more samples than the smaller one — statistical
+  efficiency is being lost.
+* *Right panel, time:* time to target combines both effects. Which batch reached the target
+  soonest? If it is not the largest batch, the loss in statistical efficiency outweighed the
+  gain in hardware efficiency there. (Times include the few seconds each run spends compiling
+  at its start.)
+
+On a real cluster the same trade-off decides how many GPUs a job can use well: past the
+batch size where steps stop falling, more workers (= more batch) buy throughput but not
+time-to-accuracy."""),
+    md("""\
+## Exercise
+
+Is the square-root rule holding the large batches back? Rerun batch 512 and 1,024 (global)
+with the linear rule and warm-up, and see whether their steps to target move toward the ideal
+line — or whether they stop reaching the target at all.
+
+*Hints:* `more = lab.sweep(accurate.replace(lr_scaling="linear"), batch_per_worker=[256, 512])`,
+then `steps_to_target_chart(records + more)` puts both rules on one chart (one line per rule).
+Shallue et al. tune the learning rate separately at every batch size before they compare
+steps; a fixed rule is a shortcut, and part of what you measure is the rule, not the batch."""),
+    code("""\
+# your experiment here"""),
+    code("""\
+lab.stop()"""),
+]
+
+# =============================================================================================
+# 04 scaling out
+# =============================================================================================
+NB04 = [
+    md("""\
+# 04 · Scaling out: strong vs weak scaling, and what eats the gain
+
+Going from 1 to *N* workers can mean two different experiments:
+
+* **Weak scaling** — keep the *per-worker* batch. The global batch grows with *N*; ideally the
+  global throughput grows *N*-fold (each worker does the same work as before, in parallel).
+* **Strong scaling** — keep the *global* batch and split it. Each worker gets 1/*N* of the
+  work per step; ideally a step takes 1/*N* of the time.
+
+In both cases the scaling efficiency is **E(N) = T_N / (N · T_1)**, with T the global
+throughput in samples/s; E = 1 is perfect. What takes it below 1 is mostly the **allreduce**
+at the end of every step: all workers exchange and average their gradients and wait for each
+other. Its cost is roughly a fixed latency per step plus size ÷ bandwidth. If the arithmetic
+of a step is tiny, the fixed part dominates and a second worker buys little.
+
+Two models, 1 vs 2 workers, about two minutes (the engines restart twice, to change the
+number of workers):
+
+| model | parameters (allreduce size) | arithmetic per sample |
+|---|---|---|
+| the MNIST-1D CNN | 5,210 (21 kB) | tiny |
+| ResNet-20 on 32×32×3 synthetic images | ≈ 0.27 M (1.1 MB) | far more: 2-D convolutions over 32×32 images |"""),
+    code("""\
+from hpclab import Lab, RunConfig
+from hpclab.comparison import compare, scaling_efficiency"""),
+    code("""\
+lab = Lab(workers=2)"""),
+    md(PRESET_NOTE + """
+
+We read throughput only, so the runs are short: 128 steps for the CNN, 48 for ResNet-20 (two
+steps per compiled call). The learning rate is left unscaled, so no run is cut short by a
+blow-up at a large batch."""),
+    code("""\
+cnn = RunConfig(num_samples=40960, steps_per_call=4, epochs=16, max_steps=128,
+                lr_scaling="none")
+resnet = RunConfig(dataset="synthetic", model="resnet20", num_samples=4096,
+                   batch_per_worker=16, max_steps=48, steps_per_call=2, lr_scaling="none")"""),
+    md("""\
+## The sweeps
+
+`workers=[...]` in a sweep restarts the engines between sizes (the lab's current size goes
+first). For the CNN, the per-worker batches 16, 32, 512 and 1,024 on 1 and 2 workers give
+
+* weak-scaling pairs at every per-worker batch (e.g. 1 × 16 vs 2 × 16), and
+* strong-scaling pairs at global batch 32 (1 × 32 vs 2 × 16) and 1,024 (1 × 1,024 vs 2 × 512).
+
+ResNet-20 adds one weak-scaling pair at 16 per worker. `scaling_efficiency` finds the pairs in
+the records by itself."""),
+    code("""\
+records = lab.sweep(cnn, batch_per_worker=[16, 32, 512, 1024], workers=[2, 1])
+records += lab.sweep(resnet, workers=[1, 2])"""),
+    code("""\
+scaling_efficiency(records)"""),
+    code("""\
+compare(records).table[["label", "workers", "global_batch", "samples_per_sec", "wall_time_s"]]"""),
+    md("""\
+**Read the numbers** (right panel: E(N); solid lines weak scaling, dashed strong scaling).
+
+* *CNN, small batch (16 or 32 per worker).* The time of one step on one worker is its batch ÷
+  its samples/s — compute it from the table: a very short step, while the allreduce and the
+  wait for the other worker cost about the same whatever the batch. If E(2) is far below 1, the
+  second worker spent much of its time communicating and waiting, not computing.
+* *CNN, large batch (512 or 1,024 per worker).* 32× the arithmetic per step, the same 21 kB
+  allreduce. Is E(2) closer to 1 than at the small batch?
+* *ResNet-20.* Its steps are long (divide its batch by its samples/s), dominated by
+  convolutions. Compare its E(2) with the CNN's.
+* *Strong vs weak.* A strong-scaling pair halves each worker's batch, which pushes it toward
+  the small-batch regime; a weak-scaling pair keeps it. Compare the dashed and the solid lines.
+
+**How far to trust these numbers.** Two workers on a 2-core machine use both cores. Anything
+else running — the notebook's kernel, a browser, other users — takes CPU from them, and
+synchronous training runs at the pace of the *slowest* worker at every step, so a busy
+machine pulls E(2) down, sometimes a lot. Run the sweep twice: if the efficiencies move by more
+than the differences you want to read, the machine is too busy to tell. On a cluster node the
+cores are yours; across nodes the allreduce also crosses the network, whose latency is far
+higher than shared memory's — the small-model lesson gets stronger there, not weaker."""),
+    md("""\
+## Exercise
+
+1. Horovod can compress gradients to float16 for the allreduce (`fp16_allreduce=True`). Does it
+   change E(2) for the CNN at 16 per worker? For ResNet-20?
+2. `steps_per_call` is how many optimizer steps are compiled into one call (one Python round
+   trip). Measure the CNN at 16 per worker with `steps_per_call=1` and `8`, on 1 and 2 workers.
+   Which overhead does it remove — the Python call, or the allreduce?
+
+*Hints:* `lab.sweep(cnn.replace(fp16_allreduce=True), batch_per_worker=[16], workers=[1, 2])`,
+then `scaling_efficiency(...)` on the new records together with the old. For 1, think about
+which part of the allreduce's cost compression can shorten: the latency, or size ÷ bandwidth?
+For 2, each sweep point recompiles: larger `steps_per_call` compiles longer at the start of a
+run."""),
+    code("""\
+# your experiments here"""),
+    code("""\
+lab.stop()"""),
+]
+
+# =============================================================================================
+# 05 critical batch size
+# =============================================================================================
+NB05 = [
+    md("""\
+# 05 · The critical batch size and the gradient noise scale
+
+Notebook 02 measured how many steps a run needs to reach a target accuracy, batch size by
+batch size. Where the curve bends away from "twice the batch, half the steps", why there? McCandlish et al. 2018 ("An Empirical Model of Large-Batch Training",
+arXiv:1812.06162) answer: from the noise in the gradient. A minibatch gradient is the true
+gradient *G* plus noise whose size shrinks like 1/B. Their **gradient noise scale**
+
+  B_noise = tr(Σ) / |G|²   (Σ: covariance of per-sample gradients)
+
+is the batch size at which the noise and the signal are about equal. For B ≪ B_noise, doubling
+the batch halves the noise and almost halves the steps needed; for B ≫ B_noise the gradient is
+already accurate and more samples per step buy little. Their prediction: the **critical
+batch** — the knee of the steps-vs-batch curve — is about B_noise.
+
+**Data parallelism measures it for free.** Before the allreduce each worker holds a gradient
+from B_small = `batch_per_worker` samples; after it, every worker holds one from B_big = the
+global batch. From the two squared norms (appendix A of the paper):
+
+  |G|² ≈ (B_big·|G_big|² − B_small·|G_small|²) / (B_big − B_small)
+  tr Σ ≈ (|G_small|² − |G_big|²) / (1/B_small − 1/B_big)
+
+hpclab averages numerator and denominator separately over steps and reports the ratio live
+(`history["noise_scale"]`, and the final value in `summary["noise_scale"]`). It needs at least
+two workers.
+
+This notebook runs one batch sweep (five runs, about two minutes) and puts the two pictures
+side by side: the noise-scale estimate, and the measured knee."""),
+    code("""\
+import pandas as pd
+
+from hpclab import Lab, RunConfig
+from hpclab.comparison import compare, steps_to_target_chart
+from hpclab.live import figure"""),
+    code("""\
+lab = Lab(workers=2)"""),
+    md(PRESET_NOTE + """
+
+The runs use the square-root learning-rate rule with a 1-epoch warm-up, six epochs each — the
+same recipe as notebook 02, so if you ran 02 first, the sweep reuses its four recorded runs and
+only trains the fifth."""),
+    code("""\
+accurate = RunConfig(num_samples=40960, steps_per_call=4, epochs=6, lr_scaling="sqrt",
+                     warmup_epochs=1)
+records = lab.sweep(accurate, batch_per_worker=[64, 128, 256, 512, 1024])"""),
+    md("""\
+## The knee: steps to target vs batch
+
+Shallue et al. 2018 (arXiv:1811.03600) find three regimes in every workload they measured:
+*perfect scaling* (on the dotted 1/B line), *diminishing returns* (bending away), and
+*maximal data parallelism* (flat: more batch, no fewer steps)."""),
+    code("""\
+steps_to_target_chart(records)"""),
+    md("""\
+## The noise scale, live
+
+Every run also estimated B_noise as it trained. The bottom panel below shows the estimate over
+the steps of each run (one colour per batch size); the other panels show what the runs were
+doing at the time."""),
+    code("""\
+figure(records, title="Five batch sizes: throughput, loss, accuracy, learning rate, B_noise")"""),
+    code("""\
+pd.DataFrame([{"global_batch": r.summary["global_batch"], "B_noise (final)": r.summary["noise_scale"],
+               "val_accuracy": r.summary["val_accuracy"]} for r in records])"""),
+    md("""\
+## Read the numbers
+
+1. **Does B_noise change during training?** Follow one run's estimate over its steps. McCandlish
+   et al. report that it *grows* as the loss falls — late in training the remaining signal is
+   small and harder to see through the noise, so a bigger batch becomes useful. If the
+   estimate ends higher than it was mid-run, you are seeing that here. So the critical batch
+   is not one number: it is a function of how far training has got.
+2. **Where is the knee?** In the steps chart, find the largest batch that still sits close to
+   the dotted line, and the first that clearly bends away.
+3. **Compare.** Take the B_noise estimates of the runs around the time they reached the target
+   (mid-to-late training). Is the knee within a factor of a few of them? The paper's claim is
+   an order-of-magnitude one: B_crit ≈ B_noise, not equality. (The *final* estimates in the
+   table come from runs that ended at different accuracies — look at that column: by point 1, a
+   run that got less far has had less time for its estimate to grow.)
+4. **How trustworthy is the estimate?** With two workers B_big is only 2 × B_small, so the
+   difference |G_small|² − |G_big|² is a small difference of two noisy numbers — more so when
+   the batch is already large compared with B_noise. Compare the estimates of the largest
+   batch with those of the smaller ones: if they jump around more, that is why. More workers
+   (a larger B_big / B_small) sharpen it.
+
+Keep in mind what this notebook does *not* do: Shallue et al. tune the learning rate anew for
+every batch size; here one rule (square root) sets it. Part of any bend you see may be the
+rule's fault rather than the batch's — the exercise checks that."""),
+    md("""\
+## Exercise
+
+1. Is the knee the rule's fault? Rerun the two largest batches with twice the base learning
+   rate (`base_lr=0.1`) and see whether their steps to target move back toward the dotted
+   line.
+2. Does a larger B_big / B_small ratio make the estimate steadier? With two workers the ratio
+   is fixed at 2; `lab.restart(workers=1)` cannot estimate it at all. If your machine has more
+   cores (or you are on a cluster), repeat a run with `Lab(workers=4)` and compare the
+   `noise_scale` curves.
+
+*Hints:* `more = lab.sweep(accurate.replace(base_lr=0.1), batch_per_worker=[512, 1024])`, then
+`compare(records + more).table[["global_batch", "peak_lr", "val_accuracy", "steps_to_target"]]`
+lists both learning rates with the same target. On a 2-core machine four workers share two
+cores: the estimate still works, throughput does not."""),
+    code("""\
+# your experiments here"""),
+    code("""\
+lab.stop()"""),
+]
+
+# =============================================================================================
+# 03 precision
+# =============================================================================================
+NB03 = [
+    md("""\
+# 03 · Numeric precision: float32, bfloat16, float16
+
+Most deep-learning arithmetic does not need 32-bit floats. **Mixed precision** computes the
+layers in a 16-bit format while the weights, the loss and the optimizer update stay in float32
+(Micikevicius et al. 2018, arXiv:1710.03740). Two 16-bit formats matter:
+
+| format | exponent / mantissa bits | range | what it needs |
+|---|---|---|---|
+| float32 | 8 / 23 | ≈ 1e±38 | — |
+| **bfloat16** | 8 / 7 | same as float32 | nothing extra: gradients do not underflow |
+| **float16** | 5 / 10 | ≈ 6e−8 … 65504 | **loss scaling**: multiply the loss before backprop so small gradients do not flush to zero, divide the gradients after |
+
+The speed-up is a *hardware* matter: GPU Tensor Cores (float16 since Volta, bfloat16 since
+Ampere) and recent CPUs' matrix units (Intel AMX, on Sapphire Rapids and newer) multiply
+16-bit matrices several times faster than 32-bit ones. Without such units, 16-bit math is
+converted back and forth and is usually *slower*. This notebook measures what *this* machine
+does — the numbers depend on its CPU — and whether accuracy survives."""),
+    code("""\
+from hpclab import Lab, RunConfig
+from hpclab.comparison import compare"""),
+    code("""\
+lab = Lab(workers=2)"""),
+    md(PRESET_NOTE),
+    code("""\
+base = RunConfig(num_samples=40960, steps_per_call=4, batch_per_worker=256, epochs=4)"""),
+    md("""\
+## float32 vs mixed bfloat16, same run otherwise
+
+Same data, same seed, same learning-rate schedule — only `precision` differs. And each pair
+runs **twice** (`tags` only labels the pass): a measurement you cannot repeat is not one you can
+compare. Four runs of a few seconds each, in the order float32, bfloat16, float32, bfloat16."""),
+    code("""\
+records = lab.sweep(base, tags=[["pass 1"], ["pass 2"]], precision=["float32", "mixed_bfloat16"])
+comparison = compare(records)
+comparison.table[["label", "precision", "status", "val_accuracy", "samples_per_sec", "wall_time_s"]]"""),
+    code("""\
+comparison.figure()"""),
+    md("""\
+**Read the numbers.**
+
+* *Repeatability first.* Compare the two float32 rows. If their accuracies agree to every digit,
+  training here is deterministic (same seed, same data order, same arithmetic) — and any
+  accuracy difference between the precisions is caused by the precision. Now compare their
+  `samples_per_sec`: throughput is *not* deterministic. The gap between two identical runs is
+  the noise floor; a difference between precisions smaller than that is not a difference.
+* *Accuracy.* bfloat16 keeps only about 3 significant decimal digits per activation, so its
+  runs follow a slightly different path. Compare the final validation accuracies and the curves
+  of the two precisions — how far apart are they?
+* *Speed.* Compare float32 with bfloat16, pass by pass. This model is tiny (5,210 parameters,
+  1-D convolutions with 25 channels): much of a step is overhead that 16-bit arithmetic does
+  not shrink, plus the casts it adds. Whatever you see here says little about a large model on
+  a GPU.
+
+## float16 with loss scaling
+
+`mixed_float16` wraps the optimizer in a dynamic loss scaler (hpclab does this for you). CPUs
+have few fast float16 kernels, so on a CPU expect it to be slow; we run only 16 steps — enough
+to measure its speed, not its accuracy. On a GPU with Tensor Cores, mixed float16 with loss
+scaling is the standard way to train fast; that claim cannot be checked on this machine."""),
+    code("""\
+fp16 = lab.run(base.replace(precision="mixed_float16", max_steps=16))
+fp16.wait()
+{key: fp16.summary[key] for key in ("status", "precision", "samples_per_sec", "steps")}"""),
+    md("""\
+Compare this `samples_per_sec` with the float32 runs above (same batch, same model).
+
+## A model whose work is matrix multiplication
+
+16-bit units pay off when the work is large matrix and convolution arithmetic. ResNet-20
+(0.27 M parameters, 2-D convolutions) on 32×32×3 synthetic images is such a model. 48
+steps of batch 16 per worker, two steps per compiled call, are enough to measure throughput
+(synthetic data: there is no accuracy to read). Each run still takes a while: ResNet-20 does
+far more arithmetic per sample, and compiling it takes longer too."""),
+    code("""\
+resnet = RunConfig(dataset="synthetic", model="resnet20", num_samples=4096,
+                   batch_per_worker=16, max_steps=48, steps_per_call=2)
+conv_records = lab.sweep(resnet, precision=["float32", "mixed_bfloat16"])
+compare(conv_records).table[["label", "precision", "status", "samples_per_sec", "wall_time_s"]]"""),
+    md("""\
+**Read the numbers.** Divide the bfloat16 throughput by the float32 one, for the small CNN and
+for ResNet-20. If the ResNet-20 ratio is clearly above 1, this CPU has matrix units that work
+in bfloat16 (oneDNN uses AMX or AVX-512-BF16 when the CPU has them — on Linux, `lscpu` lists
+`amx_bf16` / `avx512_bf16`); if it is near or below 1, it does not, and bfloat16 on this
+machine is for studying the numerics, not for speed. On GPUs the same comparison (with
+float16 too) is what decides the precision of real training runs."""),
+    md("""\
+## Exercise
+
+1. Does bfloat16 change how *large* a learning rate survives? Rerun notebook 01's linear
+   recipe at batch 2048 (`batch_per_worker=1024, lr_scaling="linear"`) in float32 and in
+   `mixed_bfloat16` and compare.
+2. Measure float16 on ResNet-20: `lab.run(resnet.replace(precision="mixed_float16", max_steps=8))`.
+
+*Hints:* use `lab.sweep(config, precision=[...])` and `compare(...).table` as above. For 2,
+expect a long wait per step on a CPU — keep `max_steps` small. If you have a GPU cluster
+account, run this notebook there and compare all three precisions: that is where the
+differences become large."""),
+    code("""\
+# your experiments here"""),
+    code("""\
+lab.stop()"""),
+]
+
+NOTEBOOKS = {
+    "00_welcome": NB00,
+    "01_batch_size_accuracy": NB01,
+    "02_hardware_vs_statistical": NB02,
+    "03_precision": NB03,
+    "04_scaling_out": NB04,
+    "05_critical_batch": NB05,
+}
+
+
+# =============================================================================================
+# building
+# =============================================================================================
+
+def build() -> dict:
+    """name -> nbformat NotebookNode, deterministic (fixed cell ids, no outputs)."""
+    out = {}
+    for name, cells in NOTEBOOKS.items():
+        nb = new_notebook()
+        nb.metadata = {"kernelspec": dict(KERNELSPEC),
+                       "language_info": {"name": "python", "pygments_lexer": "ipython3"}}
+        for i, (kind, text) in enumerate(cells):
+            cell = new_markdown_cell(text) if kind == "markdown" else new_code_cell(text)
+            cell.id = f"{name[:2]}-{i:02d}"
+            nb.cells.append(cell)
+        nbformat.validate(nb)
+        out[name] = nb
+    return out
+
+
+def dumps(nb) -> str:
+    return nbformat.writes(nb, version=4) + "\n"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true",
+                        help="do not write; exit 1 if a stored notebook differs from the build")
+    args = parser.parse_args(argv)
+    OUT.mkdir(exist_ok=True)
+    stale = []
+    for name, nb in build().items():
+        path = OUT / f"{name}.ipynb"
+        text = dumps(nb)
+        if path.exists() and path.read_text() == text:
+            continue
+        stale.append(path)
+        if not args.check:
+            path.write_text(text)
+    for path in stale:
+        print(("differs: " if args.check else "wrote: ") + str(path.relative_to(ROOT)))
+    return 1 if (args.check and stale) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
