@@ -152,6 +152,8 @@ class _Trainer:
         hvd.broadcast_variables(self.inner_opt.variables, root_rank=0)
         self.compression = hvd.Compression.fp16 if cfg.fp16_allreduce else hvd.Compression.none
         self.loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        # The noise scale needs two batch sizes: with one rank there is only one, so skip the norms.
+        self.track_noise = cfg.noise_scale and self.world > 1
         self.train_call = tf.function(self._train_call)
         self.eval_step = tf.function(self._eval_step)
 
@@ -174,11 +176,11 @@ class _Trainer:
             grads = tape.gradient(target, variables)
             if self.loss_scaled:
                 grads = self.optimizer.get_unscaled_gradients(grads)
-            if self.cfg.noise_scale:
+            if self.track_noise:
                 small_sq += tf.square(tf.linalg.global_norm(grads))  # |G_small|², before allreduce
             # Horovod: average gradients over ranks (one fused, grouped allreduce).
             grads = hvd.grouped_allreduce(grads, op=hvd.Average, compression=self.compression)
-            if self.cfg.noise_scale:
+            if self.track_noise:
                 big_sq += tf.square(tf.linalg.global_norm(grads))    # |G_big|², after allreduce
             self.optimizer.apply_gradients(zip(grads, variables))
             loss_sum += loss
