@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 RESNET50_TRAIN_FLOP_PER_IMAGE = 24.6e9
 
@@ -25,6 +25,7 @@ RESNET50_TRAIN_FLOP_PER_IMAGE = 24.6e9
 # ---------------------------------------------------------------------------------------------
 # machine
 # ---------------------------------------------------------------------------------------------
+
 
 def parse_cpuinfo(text: str) -> dict:
     """Model name, logical CPU count, clock (MHz, first CPU) and flags from /proc/cpuinfo text."""
@@ -67,8 +68,10 @@ def fp32_flop_per_cycle(flags: Iterable[str], fma_units: int = 2) -> int:
 def peak_flops(cores: int, ghz: float, flop_per_cycle: float) -> float:
     """Peak FLOP/s = cores × clock (GHz → Hz) × FLOP/cycle/core."""
     if cores < 1 or ghz <= 0 or flop_per_cycle <= 0:
-        raise ValueError(f"peak_flops needs cores >= 1, ghz > 0 and flop_per_cycle > 0; "
-                         f"you passed {cores}, {ghz}, {flop_per_cycle}.")
+        raise ValueError(
+            f"peak_flops needs cores >= 1, ghz > 0 and flop_per_cycle > 0; "
+            f"you passed {cores}, {ghz}, {flop_per_cycle}."
+        )
     return cores * ghz * 1e9 * flop_per_cycle
 
 
@@ -86,21 +89,27 @@ def peak_table(cpu: dict, cores: int) -> dict:
     main = fp32_flop_per_cycle(flags, 2)
     low = fp32_flop_per_cycle(flags, 1)
     return {
-        "cores": cores, "ghz": ghz, "simd_fp32_lanes": simd_fp32_lanes(flags),
-        "flop_per_cycle_per_core": main, "fma_units_assumed": 2,
+        "cores": cores,
+        "ghz": ghz,
+        "simd_fp32_lanes": simd_fp32_lanes(flags),
+        "flop_per_cycle_per_core": main,
+        "fma_units_assumed": 2,
         "peak_flops": peak_flops(cores, ghz, main) if ghz > 0 else None,
         "flop_per_cycle_per_core_1fma": low,
         "peak_flops_1fma": peak_flops(cores, ghz, low) if ghz > 0 else None,
-        "assumption": (f"FP32, {simd_fp32_lanes(flags)} lanes x 2 (FMA) x 2 FMA units = {main} "
-                       f"FLOP/cycle/core at the /proc/cpuinfo clock {ghz:.2f} GHz, {cores} cores "
-                       "(no turbo, no AMX: AMX has no FP32 path); the 1-FMA-unit figure is "
-                       f"{low} FLOP/cycle/core"),
+        "assumption": (
+            f"FP32, {simd_fp32_lanes(flags)} lanes x 2 (FMA) x 2 FMA units = {main} "
+            f"FLOP/cycle/core at the /proc/cpuinfo clock {ghz:.2f} GHz, {cores} cores "
+            "(no turbo, no AMX: AMX has no FP32 path); the 1-FMA-unit figure is "
+            f"{low} FLOP/cycle/core"
+        ),
     }
 
 
 # ---------------------------------------------------------------------------------------------
 # statistics
 # ---------------------------------------------------------------------------------------------
+
 
 def median(values: Sequence[float]) -> float:
     vals = [float(v) for v in values if v is not None and math.isfinite(float(v))]
@@ -110,10 +119,14 @@ def median(values: Sequence[float]) -> float:
 def paired_ratios(a: Sequence[float], b: Sequence[float]) -> list[float]:
     """a[i] / b[i] for each repeat i (A and B measured back to back); pairs with b <= 0 dropped."""
     if len(a) != len(b):
-        raise ValueError(f"paired_ratios needs equally many A and B repeats; got {len(a)} and "
-                         f"{len(b)}.")
-    return [float(x) / float(y) for x, y in zip(a, b)
-            if x is not None and y is not None and float(y) > 0]
+        raise ValueError(
+            f"paired_ratios needs equally many A and B repeats; got {len(a)} and {len(b)}."
+        )
+    return [
+        float(x) / float(y)
+        for x, y in zip(a, b)
+        if x is not None and y is not None and float(y) > 0
+    ]
 
 
 def spread(values: Sequence[float]) -> float:
@@ -142,6 +155,7 @@ def verdict(value: float | None, target: float, higher_is_better: bool = True) -
 # the table
 # ---------------------------------------------------------------------------------------------
 
+
 def _fmt(value, spec: str = ",.0f") -> str:
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return "n/a"
@@ -156,87 +170,148 @@ def build_table(results: dict) -> list[dict]:
     rows: list[dict] = []
 
     def row(section, measure, value, goal="", result=""):
-        rows.append({"section": section, "measure": measure, "value": value, "goal": goal,
-                     "verdict": result})
+        rows.append(
+            {
+                "section": section,
+                "measure": measure,
+                "value": value,
+                "goal": goal,
+                "verdict": result,
+            }
+        )
 
     ab = results.get("engine_vs_plain")
     if ab:
         goal = ab.get("goal", 2.0)
         for n in sorted(ab.get("ranks", {}), key=int):
             r = ab["ranks"][n]
-            row("engine vs model.fit", f"{n} rank(s): engine samples/s (median)",
-                _fmt(r.get("engine_median")))
-            row("engine vs model.fit", f"{n} rank(s): plain fit samples/s (median)",
-                _fmt(r.get("plain_median")))
+            row(
+                "engine vs model.fit",
+                f"{n} rank(s): engine samples/s (median)",
+                _fmt(r.get("engine_median")),
+            )
+            row(
+                "engine vs model.fit",
+                f"{n} rank(s): plain fit samples/s (median)",
+                _fmt(r.get("plain_median")),
+            )
             ratio = r.get("ratio_median")
-            row("engine vs model.fit", f"{n} rank(s): engine / fit (median of paired ratios)",
-                _fmt(ratio, ".2f") + "x", f">= {goal:g}x", verdict(ratio, goal))
+            row(
+                "engine vs model.fit",
+                f"{n} rank(s): engine / fit (median of paired ratios)",
+                _fmt(ratio, ".2f") + "x",
+                f">= {goal:g}x",
+                verdict(ratio, goal),
+            )
             wall = r.get("wall_ratio_median")
             if wall is not None:
-                row("engine vs model.fit", f"{n} rank(s): same, all-in epoch wall rate",
-                    _fmt(wall, ".2f") + "x", "(cross-check)", "")
-            cpu = r.get("cpu_ratio")
-            if cpu is not None:
-                row("engine vs model.fit",
-                    f"{n} rank(s): CPU µs/sample/rank fit {_fmt(r.get('plain_cpu_us_per_sample'), '.1f')}"
-                    f" vs engine {_fmt(r.get('engine_cpu_us_per_sample'), '.1f')}",
-                    _fmt(cpu, ".2f") + "x", "(cross-check)", "")
+                row(
+                    "engine vs model.fit",
+                    f"{n} rank(s): same, all-in epoch wall rate",
+                    _fmt(wall, ".2f") + "x",
+                    "(cross-check)",
+                    "",
+                )
     tel = results.get("telemetry")
     if tel:
         goal = tel.get("goal", 0.99)
         ratio = tel.get("ratio_median")
-        row("live telemetry", "on (0.5 s) / off: epoch wall rate, median of paired ratios",
-            _fmt(ratio, ".3f"), f">= {goal:g}", verdict(ratio, goal))
+        row(
+            "live telemetry",
+            "on (0.5 s) / off: epoch wall rate, median of paired ratios",
+            _fmt(ratio, ".3f"),
+            f">= {goal:g}",
+            verdict(ratio, goal),
+        )
         if tel.get("engine_ratio_median") is not None:
-            row("live telemetry", "on / off: engine's own samples/s",
-                _fmt(tel["engine_ratio_median"], ".3f"), "(cross-check)", "")
+            row(
+                "live telemetry",
+                "on / off: engine's own samples/s",
+                _fmt(tel["engine_ratio_median"], ".3f"),
+                "(cross-check)",
+                "",
+            )
     cs = results.get("cold_start")
     if cs:
         goal = cs.get("goal", 10.0)
         med = cs.get("median_s")
-        row("cold start", f"Lab(workers={cs.get('workers', 2)}) startup_s, median of "
-            f"{len(cs.get('startup_s', []))}", _fmt(med, ".1f") + " s", f"<= {goal:g} s",
-            verdict(med, goal, higher_is_better=False))
+        row(
+            "cold start",
+            f"Lab(workers={cs.get('workers', 2)}) startup_s, median of "
+            f"{len(cs.get('startup_s', []))}",
+            _fmt(med, ".1f") + " s",
+            f"<= {goal:g} s",
+            verdict(med, goal, higher_is_better=False),
+        )
         if cs.get("registered_median_s") is not None:
-            row("cold start", "of which: engines registered / TF+Horovod init (medians)",
+            row(
+                "cold start",
+                "of which: engines registered / TF+Horovod init (medians)",
                 f"{_fmt(cs['registered_median_s'], '.1f')} s / "
-                f"{_fmt(cs.get('horovod_init_median_s'), '.1f')} s")
+                f"{_fmt(cs.get('horovod_init_median_s'), '.1f')} s",
+            )
         idle = cs.get("idle_engine_cpu_fraction")
         if idle:
             flat = [v for rep in idle for v in rep]
-            row("cold start", "idle engine CPU (fraction of a core per rank, median)",
-                _fmt(median(flat), ".2f"))
+            row(
+                "cold start",
+                "idle engine CPU (fraction of a core per rank, median)",
+                _fmt(median(flat), ".2f"),
+            )
     ws = results.get("weak_scaling")
     if ws:
         goal = ws.get("goal", 0.9)
-        row("weak scaling", f"{ws.get('label', '')}: T1 samples/s (median)",
-            _fmt(ws.get("t1_median"), ",.1f"))
-        row("weak scaling", f"{ws.get('label', '')}: T2 samples/s (median)",
-            _fmt(ws.get("t2_median"), ",.1f"))
+        row(
+            "weak scaling",
+            f"{ws.get('label', '')}: T1 samples/s (median)",
+            _fmt(ws.get("t1_median"), ",.1f"),
+        )
+        row(
+            "weak scaling",
+            f"{ws.get('label', '')}: T2 samples/s (median)",
+            _fmt(ws.get("t2_median"), ",.1f"),
+        )
         eff = ws.get("efficiency_median")
-        row("weak scaling", "E = T2 / (2 T1), median of paired repeats", _fmt(eff, ".3f"),
-            f">= {goal:g}", verdict(eff, goal))
+        row(
+            "weak scaling",
+            "E = T2 / (2 T1), median of paired repeats",
+            _fmt(eff, ".3f"),
+            f">= {goal:g}",
+            verdict(eff, goal),
+        )
         if len(ws.get("efficiencies") or []) > 1:
-            row("weak scaling", "E of each pair, in run order",
-                ", ".join(_fmt(e, ".2f") for e in ws["efficiencies"]))
+            row(
+                "weak scaling",
+                "E of each pair, in run order",
+                ", ".join(_fmt(e, ".2f") for e in ws["efficiencies"]),
+            )
     rn = results.get("resnet50")
     if rn:
-        row("ResNet-50 synthetic", f"img/s per rank (batch {rn.get('batch_per_rank')}, "
-            f"{rn.get('ranks')} ranks)",
-            f"{_fmt(rn.get('per_rank_mean'), '.2f')} ± {_fmt(rn.get('per_rank_ci95'), '.2f')}")
-        row("ResNet-50 synthetic", f"total img/s on {rn.get('ranks')} ranks",
-            f"{_fmt(rn.get('total_mean'), '.2f')} ± {_fmt(rn.get('total_ci95'), '.2f')}")
+        row(
+            "ResNet-50 synthetic",
+            f"img/s per rank (batch {rn.get('batch_per_rank')}, {rn.get('ranks')} ranks)",
+            f"{_fmt(rn.get('per_rank_mean'), '.2f')} ± {_fmt(rn.get('per_rank_ci95'), '.2f')}",
+        )
+        row(
+            "ResNet-50 synthetic",
+            f"total img/s on {rn.get('ranks')} ranks",
+            f"{_fmt(rn.get('total_mean'), '.2f')} ± {_fmt(rn.get('total_ci95'), '.2f')}",
+        )
         peak = rn.get("peak", {})
         if rn.get("mfu") is not None:
-            row("ResNet-50 synthetic",
+            row(
+                "ResNet-50 synthetic",
                 f"MFU at 24.6 GFLOP/img vs {_fmt((peak.get('peak_flops') or 0) / 1e9, '.1f')} "
                 f"GFLOP/s peak ({peak.get('flop_per_cycle_per_core')} FLOP/cycle/core)",
-                _fmt(100 * rn["mfu"], ".1f") + " %")
+                _fmt(100 * rn["mfu"], ".1f") + " %",
+            )
         if rn.get("mfu_1fma") is not None:
-            row("ResNet-50 synthetic",
+            row(
+                "ResNet-50 synthetic",
                 f"MFU vs {_fmt((peak.get('peak_flops_1fma') or 0) / 1e9, '.1f')} GFLOP/s "
                 f"({peak.get('flop_per_cycle_per_core_1fma')} FLOP/cycle/core, 1 FMA unit)",
-                _fmt(100 * rn["mfu_1fma"], ".1f") + " %")
+                _fmt(100 * rn["mfu_1fma"], ".1f") + " %",
+            )
     return rows
 
 

@@ -5,9 +5,9 @@ the LR by the number of ranks, `hvd.DistributedOptimizer`, `BroadcastGlobalVaria
 `MetricAverageCallback`, verbose only on rank 0), but on hpclab's model and data so that it can be
 compared with the hpclab engine one for one:
 
-* model: `hpclab.models.build_model("cnn1d", ...)` (5,210 parameters, float32 logits);
-* data: `hpclab.data.load_arrays` MNIST-1D (default 40k samples, 20 % held out), each rank on its
-  `hpclab.data.shard` (contiguous 1/N slice), `steps_per_epoch = RunConfig.steps_per_epoch(N)`;
+* model: `hpclab.rank.models.build_model("cnn1d", ...)` (5,210 parameters, float32 logits);
+* data: `hpclab.rank.data.load_arrays` MNIST-1D (default 40k samples, 20 % held out), each rank on its
+  `hpclab.rank.data.shard` (contiguous 1/N slice), `steps_per_epoch = RunConfig.steps_per_epoch(N)`;
 * batch per rank, SGD momentum 0.9, LR 0.05 x global_batch / 64 (hpclab's "linear" default);
 * 1 intra-op thread (and 1 inter-op thread) per rank, as the Lab's engines use by default.
 
@@ -45,8 +45,12 @@ def parse_args(argv=None):
     p.add_argument("--num-samples", type=int, default=40000, help="MNIST-1D samples generated")
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--base-lr", type=float, default=0.05, help="LR at global batch 64")
-    p.add_argument("--optimizer", choices=("legacy", "keras"), default="legacy",
-                   help="tf.keras.optimizers.legacy.SGD or the new tf.keras.optimizers.SGD")
+    p.add_argument(
+        "--optimizer",
+        choices=("legacy", "keras"),
+        default="legacy",
+        help="tf.keras.optimizers.legacy.SGD or the new tf.keras.optimizers.SGD",
+    )
     p.add_argument("--threads", type=int, default=1, help="intra-op threads per rank")
     p.add_argument("--interval", type=int, default=8, help="batches per throughput window")
     p.add_argument("--verbose", type=int, default=1, help="Keras verbosity on rank 0")
@@ -61,16 +65,17 @@ def main(argv=None) -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     os.environ["OMP_NUM_THREADS"] = str(args.threads)
 
+    import horovod.tensorflow as hvd_tf
+    import horovod.tensorflow.keras as hvd
     import numpy as np
     import tensorflow as tf
-    import horovod.tensorflow.keras as hvd
-    import horovod.tensorflow as hvd_tf
 
-    from hpclab import data, models, paths
+    from hpclab import paths
     from hpclab.config import RunConfig
     from hpclab.metrics import throughput_stats
+    from hpclab.rank import data, models
 
-    # Thread pools are sized before TF's runtime starts (same rule as hpclab.engine.init_worker).
+    # Thread pools are sized before TF's runtime starts (same rule as hpclab.rank.engine.init_worker).
     tf.config.threading.set_intra_op_parallelism_threads(args.threads)
     tf.config.threading.set_inter_op_parallelism_threads(max(1, min(2, args.threads)))
 
@@ -86,15 +91,23 @@ def main(argv=None) -> None:
         tf.config.experimental.set_visible_devices(gpus[hvd.local_rank()], "GPU")
 
     tf.keras.utils.set_random_seed(args.seed)
-    cfg = RunConfig(num_samples=args.num_samples, batch_per_worker=args.batch,
-                    epochs=args.epochs, seed=args.seed)
+    cfg = RunConfig(
+        num_samples=args.num_samples,
+        batch_per_worker=args.batch,
+        epochs=args.epochs,
+        seed=args.seed,
+    )
     data_dir = args.data_dir or paths.data_dir()
     arrays = data.load_arrays(cfg.to_dict(), data_dir)  # flock-protected cache: ranks may race
     # Horovod: each rank trains on its own shard (the same contiguous slice as the engine).
     x, y = data.shard(arrays.x_train, arrays.y_train, rank, size)
     dataset = tf.data.Dataset.from_tensor_slices((x, y))
-    dataset = (dataset.repeat().shuffle(10000, seed=args.seed + rank).batch(args.batch)
-               .prefetch(tf.data.AUTOTUNE))  # prefetch: not in the example; fairer to fit
+    dataset = (
+        dataset.repeat()
+        .shuffle(10000, seed=args.seed + rank)
+        .batch(args.batch)
+        .prefetch(tf.data.AUTOTUNE)
+    )  # prefetch: not in the example; fairer to fit
     steps_per_epoch = cfg.steps_per_epoch(size)  # Horovod: steps shrink with the number of ranks
 
     model = models.build_model("cnn1d", arrays.input_shape, arrays.num_classes, args.seed)
@@ -110,8 +123,12 @@ def main(argv=None) -> None:
 
     # Horovod: Specify `experimental_run_tf_function=False` to ensure TensorFlow
     # uses hvd.DistributedOptimizer() to compute gradients.
-    model.compile(loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                  optimizer=opt, metrics=["accuracy"], experimental_run_tf_function=False)
+    model.compile(
+        loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        optimizer=opt,
+        metrics=["accuracy"],
+        experimental_run_tf_function=False,
+    )
 
     timer = _BatchTimer()
     callbacks = [
@@ -125,14 +142,19 @@ def main(argv=None) -> None:
     verbose = args.verbose if rank == 0 else 0
 
     t_fit = time.perf_counter()
-    history = model.fit(dataset, steps_per_epoch=steps_per_epoch, epochs=args.epochs,
-                        callbacks=callbacks, verbose=verbose)
+    history = model.fit(
+        dataset,
+        steps_per_epoch=steps_per_epoch,
+        epochs=args.epochs,
+        callbacks=callbacks,
+        verbose=verbose,
+    )
     train_time = time.perf_counter() - t_fit
 
     # --- throughput: the engine's estimator (per-window rates summed over ranks) ------------------
     rates = np.asarray(timer.window_rates(args.batch, args.interval), dtype=np.float64)
     # Horovod: every rank ran the same steps, so every rank has the same number of windows.
-    all_rates = hvd_tf.allgather(tf.constant(rates[None, :])).numpy()      # [size, windows]
+    all_rates = hvd_tf.allgather(tf.constant(rates[None, :])).numpy()  # [size, windows]
     global_rates = all_rates.sum(axis=0)
     skip = max(3, int(0.1 * len(global_rates)))
     stats = throughput_stats(global_rates, skip=skip)
@@ -140,24 +162,33 @@ def main(argv=None) -> None:
     per_rank = throughput_stats(rates, skip=skip)
     epoch_rates = [args.batch * steps_per_epoch * size / dt for dt in timer.epoch_seconds()]
     # Horovod: the mean over ranks of the wall rate, so every rank agrees on one figure.
-    epoch_rates = hvd_tf.allreduce(tf.constant(epoch_rates, dtype=tf.float64),
-                                   op=hvd_tf.Average).numpy().tolist()
+    epoch_rates = (
+        hvd_tf.allreduce(tf.constant(epoch_rates, dtype=tf.float64), op=hvd_tf.Average)
+        .numpy()
+        .tolist()
+    )
     steady = epoch_rates[1:] or epoch_rates
     # CPU time per sample of this rank in epochs 2..E: insensitive to other jobs on the machine
     # at 1 rank (at 2+ ranks, time spent spinning in MPI while a peer is descheduled counts too).
     cpu = timer.epoch_cpu_seconds()
     cpu_steady = cpu[1:] or cpu
     cpu_us = 1e6 * sum(cpu_steady) / (len(cpu_steady) * steps_per_epoch * args.batch)
-    cpu_us = float(hvd_tf.allreduce(tf.constant(cpu_us, dtype=tf.float64),
-                                    op=hvd_tf.Average).numpy())
+    cpu_us = float(
+        hvd_tf.allreduce(tf.constant(cpu_us, dtype=tf.float64), op=hvd_tf.Average).numpy()
+    )
 
     if rank == 0:
         result = {
             "benchmark": "plain_horovod_fit",
-            "ranks": size, "batch_per_rank": args.batch, "global_batch": args.batch * size,
-            "threads_per_rank": args.threads, "epochs": args.epochs,
-            "steps_per_epoch": steps_per_epoch, "interval_batches": args.interval,
-            "samples_per_sec": stats.mean, "samples_per_sec_ci95": stats.ci95,
+            "ranks": size,
+            "batch_per_rank": args.batch,
+            "global_batch": args.batch * size,
+            "threads_per_rank": args.threads,
+            "epochs": args.epochs,
+            "steps_per_epoch": steps_per_epoch,
+            "interval_batches": args.interval,
+            "samples_per_sec": stats.mean,
+            "samples_per_sec_ci95": stats.ci95,
             "intervals": stats.n,
             "per_rank_samples_per_sec": per_rank.mean,
             "rank_samples_per_sec": rank_means,
@@ -182,13 +213,13 @@ class _BatchTimer:
         class BatchTimer(tf.keras.callbacks.Callback):
             def __init__(self):
                 super().__init__()
-                self.epochs: list[list[float]] = []   # per epoch: [begin, end of batch 1, ...]
+                self.epochs: list[list[float]] = []  # per epoch: [begin, end of batch 1, ...]
                 self.ends: list[float] = []
                 self.cpu_begin: list[float] = []
                 self.cpu_end: list[float] = []
 
             def on_epoch_begin(self, epoch, logs=None):
-                self.cpu_begin.append(time.process_time())   # this process, all threads
+                self.cpu_begin.append(time.process_time())  # this process, all threads
                 self.epochs.append([time.perf_counter()])
 
             def on_train_batch_end(self, batch, logs=None):

@@ -2,30 +2,44 @@
 
 Start N MPI engines, train a Keras model under Horovod on them, watch throughput and accuracy
 live, and record, compare and sweep runs. Importing hpclab does not import TensorFlow: only the
-engines do.
+engines do (everything that runs on a rank lives in :mod:`hpclab.rank`).
 """
 
-from hpclab.config import ConfigError, RunConfig
+from hpclab.config import RunConfig
+from hpclab.errors import ConfigError, HpclabError, LabError, RunFailed
 from hpclab.runs import RunRecord, list_runs, load_run
 
 __version__ = "0.1.0"
 
+_LAZY = {  # name -> module: ipyparallel and plotly load only when used
+    "Lab": "hpclab.lab",
+    "Run": "hpclab.run",
+    "find_mpiexec": "hpclab.launch",
+    "compare": "hpclab.views.comparison",
+    "write_report": "hpclab.views.report",
+}
 
-def __getattr__(name):  # lazy: ipyparallel/plotly load only when used
-    if name in ("Lab", "LabError", "find_mpiexec"):
-        from hpclab import cluster
-        return getattr(cluster, name)
-    if name in ("Run", "RunFailed"):
-        from hpclab import run
-        return getattr(run, name)
-    if name == "compare":
-        from hpclab.comparison import compare
-        return compare
-    if name == "write_report":
-        from hpclab.report import write_report
-        return write_report
+
+def __getattr__(name):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'hpclab' has no attribute {name!r}")
 
 
-__all__ = ["RunConfig", "ConfigError", "RunRecord", "list_runs", "load_run", "Lab", "LabError",
-           "Run", "RunFailed", "compare", "write_report"]
+__all__ = [
+    "RunConfig",
+    "ConfigError",
+    "HpclabError",
+    "LabError",
+    "RunFailed",
+    "RunRecord",
+    "list_runs",
+    "load_run",
+    "Lab",
+    "Run",
+    "find_mpiexec",
+    "compare",
+    "write_report",
+]

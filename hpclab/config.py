@@ -10,30 +10,23 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from hpclab import scaling
-
-DATASETS = ("mnist1d", "synthetic", "mnist", "fashion_mnist", "cifar10")
-MODELS = ("mlp", "cnn1d", "resnet20", "resnet50")
-OPTIMIZERS = ("sgd", "momentum", "lars", "lamb", "adam")
-LR_SCALINGS = scaling.RULES  # ("none", "linear", "sqrt")
-LR_SCHEDULES = ("constant", "cosine")
-PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
-
-# Which models accept which input kind: 1-D signals (MNIST-1D) or images (H, W, C).
-_MODEL_INPUT = {"mlp": ("1d", "image"), "cnn1d": ("1d",), "resnet20": ("image",), "resnet50": ("image",)}
-_DATASET_INPUT = {"mnist1d": "1d", "synthetic": "image", "mnist": "image",
-                  "fashion_mnist": "image", "cifar10": "image"}
-
-# Train/validation sizes of the staged datasets; MNIST-1D and synthetic are sized by `num_samples`.
-_STAGED_SIZES = {"mnist": (60000, 10000), "fashion_mnist": (60000, 10000), "cifar10": (50000, 10000)}
-MNIST1D_VALIDATION_FRACTION = 0.2
-
-
-class ConfigError(ValueError):
-    """A configuration value is not allowed. The message names the field, the value and the rule."""
+from hpclab.catalog import (
+    DATASETS,
+    GENERATED_VALIDATION_FRACTION,
+    LR_SCALINGS,
+    LR_SCHEDULES,
+    MODELS,
+    OPTIMIZERS,
+    PRECISIONS,
+    STAGED_SIZES,
+    models_for,
+)
+from hpclab.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -41,33 +34,33 @@ class RunConfig:
     """One training run. All sizes are per worker unless the name says global."""
 
     # -- data and model -------------------------------------------------------------------
-    dataset: str = "mnist1d"          # mnist1d | synthetic | mnist | fashion_mnist | cifar10
-    num_samples: int = 40000          # mnist1d/synthetic: samples generated (20 % held out for validation)
+    dataset: str = "mnist1d"  # mnist1d | synthetic | mnist | fashion_mnist | cifar10
+    num_samples: int = 40000  # mnist1d/synthetic: samples generated (20 % held out for validation)
     image_shape: tuple = (32, 32, 3)  # synthetic: H, W, C of the random images
-    model: str = "cnn1d"              # mlp | cnn1d | resnet20 | resnet50
+    model: str = "cnn1d"  # mlp | cnn1d | resnet20 | resnet50
     # -- batch and learning rate --------------------------------------------------------------
-    batch_per_worker: int = 64        # samples per rank per step; global batch = this x workers
-    epochs: float = 6                 # passes over the training set (fractions allowed)
-    optimizer: str = "momentum"       # sgd | momentum | lars | lamb | adam
-    base_lr: float = 0.05             # learning rate that works at `base_batch`
-    base_batch: int = 64              # the global batch `base_lr` was tuned for
-    lr_scaling: str = "linear"        # none | linear | sqrt: how the peak LR follows the global batch
-    warmup_epochs: float = 1.0        # linear ramp from base_lr to the peak LR (Goyal et al. 2017)
-    lr_schedule: str = "constant"     # constant | cosine: what follows warm-up
-    momentum: float = 0.9             # momentum / lars / lamb(beta1) / adam(beta1)
-    weight_decay: float = 0.0         # L2 coefficient (decoupled for lamb, in-gradient for lars)
-    lars_eta: float = 0.001           # LARS trust coefficient (You et al. 2017)
+    batch_per_worker: int = 64  # samples per rank per step; global batch = this x workers
+    epochs: float = 6  # passes over the training set (fractions allowed)
+    optimizer: str = "momentum"  # sgd | momentum | lars | lamb | adam
+    base_lr: float = 0.05  # learning rate that works at `base_batch`
+    base_batch: int = 64  # the global batch `base_lr` was tuned for
+    lr_scaling: str = "linear"  # none | linear | sqrt: how the peak LR follows the global batch
+    warmup_epochs: float = 1.0  # linear ramp from base_lr to the peak LR (Goyal et al. 2017)
+    lr_schedule: str = "constant"  # constant | cosine: what follows warm-up
+    momentum: float = 0.9  # momentum / lars / lamb(beta1) / adam(beta1)
+    weight_decay: float = 0.0  # L2 coefficient (decoupled for lamb, in-gradient for lars)
+    lars_eta: float = 0.001  # LARS trust coefficient (You et al. 2017)
     # -- numerics and communication ----------------------------------------------------------------
-    precision: str = "float32"        # float32 | mixed_float16 | mixed_bfloat16
-    fp16_allreduce: bool = False      # Horovod: compress gradients to float16 for the allreduce
+    precision: str = "float32"  # float32 | mixed_float16 | mixed_bfloat16
+    fp16_allreduce: bool = False  # Horovod: compress gradients to float16 for the allreduce
     # -- engine behaviour ----------------------------------------------------------------------
-    steps_per_call: int = 8           # training steps compiled into one tf.function call
-    publish_every_s: float = 0.5      # live telemetry cadence (0 = telemetry off)
-    noise_scale: bool = True          # estimate the gradient noise scale (McCandlish et al. 2018)
-    max_steps: int = 0                # stop after this many steps (0 = run all epochs)
-    seed: int = 0                     # data generation, shuffling and weight init
-    name: str = ""                    # optional label shown in legends and run listings
-    tags: tuple = field(default=())   # free-form labels (e.g. the sweep a run belongs to)
+    steps_per_call: int = 8  # training steps compiled into one tf.function call
+    publish_every_s: float = 0.5  # live telemetry cadence (0 = telemetry off)
+    noise_scale: bool = True  # estimate the gradient noise scale (McCandlish et al. 2018)
+    max_steps: int = 0  # stop after this many steps (0 = run all epochs)
+    seed: int = 0  # data generation, shuffling and weight init
+    name: str = ""  # optional label shown in legends and run listings
+    tags: tuple = field(default=())  # free-form labels (e.g. the sweep a run belongs to)
 
     def __post_init__(self) -> None:
         # Normalise list-valued fields coming from JSON/CLI into tuples (hashable, frozen).
@@ -84,19 +77,20 @@ class RunConfig:
 
     def peak_lr(self, workers: int) -> float:
         """The scaled learning rate reached after warm-up (see :func:`hpclab.scaling.scaled_lr`)."""
-        return scaling.scaled_lr(self.base_lr, self.global_batch(workers), self.base_batch,
-                                 self.lr_scaling)
+        return scaling.scaled_lr(
+            self.base_lr, self.global_batch(workers), self.base_batch, self.lr_scaling
+        )
 
     def train_size(self) -> int:
         """Training samples in the whole (unsharded) training set."""
-        if self.dataset in _STAGED_SIZES:
-            return _STAGED_SIZES[self.dataset][0]
+        if self.dataset in STAGED_SIZES:
+            return STAGED_SIZES[self.dataset][0]
         return self.num_samples - self.validation_size()
 
     def validation_size(self) -> int:
-        if self.dataset in _STAGED_SIZES:
-            return _STAGED_SIZES[self.dataset][1]
-        return int(round(self.num_samples * MNIST1D_VALIDATION_FRACTION))
+        if self.dataset in STAGED_SIZES:
+            return STAGED_SIZES[self.dataset][1]
+        return int(round(self.num_samples * GENERATED_VALIDATION_FRACTION))
 
     def steps_per_epoch(self, workers: int) -> int:
         """Optimizer steps per epoch: each rank sees train_size / workers samples."""
@@ -111,9 +105,14 @@ class RunConfig:
 
     def lr_at(self, step: int, workers: int) -> float:
         """Learning rate used for optimizer step `step` (0-based)."""
-        return scaling.lr_at_step(step, base_lr=self.base_lr, peak_lr=self.peak_lr(workers),
-                                  warmup_steps=self.warmup_steps(workers),
-                                  total_steps=self.total_steps(workers), schedule=self.lr_schedule)
+        return scaling.lr_at_step(
+            step,
+            base_lr=self.base_lr,
+            peak_lr=self.peak_lr(workers),
+            warmup_steps=self.warmup_steps(workers),
+            total_steps=self.total_steps(workers),
+            schedule=self.lr_schedule,
+        )
 
     def derived(self, workers: int) -> dict:
         """The numbers worth printing before a run starts."""
@@ -127,8 +126,12 @@ class RunConfig:
             "train_samples_per_worker": self.train_size() // workers,
         }
 
-    def label(self) -> str:
-        """A short human label for legends: the name, or the knobs that usually differ."""
+    def label(self, workers: int | None = None) -> str:
+        """A short human label for legends: the name, or the knobs that usually differ;
+        with `workers`, followed by the worker count (`b64 linear+wu1 ×2`). The one place a
+        run's label is made."""
+        if workers is not None:
+            return f"{self.label()} ×{workers}"
         if self.name:
             return self.name
         opt = f"{self.optimizer} " if self.optimizer in ("lars", "lamb", "adam") else ""
@@ -146,15 +149,16 @@ class RunConfig:
         return d
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "RunConfig":
+    def from_dict(cls, data: Mapping[str, Any]) -> RunConfig:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
-            raise ConfigError(f"RunConfig has no field {unknown[0]!r}; known fields: "
-                              f"{', '.join(sorted(known))}.")
+            raise ConfigError(
+                f"RunConfig has no field {unknown[0]!r}; known fields: {', '.join(sorted(known))}."
+            )
         return cls(**dict(data))
 
-    def replace(self, **changes: Any) -> "RunConfig":
+    def replace(self, **changes: Any) -> RunConfig:
         """A copy with some fields changed (validated like a new config)."""
         unknown = sorted(set(changes) - {f.name for f in dataclasses.fields(self)})
         if unknown:
@@ -169,6 +173,7 @@ def field_names() -> list[str]:
 # ---------------------------------------------------------------------------------------------
 # validation: every message names the field, the value passed and what is allowed
 # ---------------------------------------------------------------------------------------------
+
 
 def _fail(name: str, value: Any, allowed: str) -> None:
     raise ConfigError(f"RunConfig.{name} must be {allowed}; you passed {name}={value!r}.")
@@ -195,8 +200,9 @@ def _int_range(cfg: RunConfig, name: str, lo: int, hi: int | None = None) -> Non
         _fail(name, value, rule)
 
 
-def _float_range(cfg: RunConfig, name: str, lo: float, hi: float | None = None, *,
-                 lo_open: bool = False) -> None:
+def _float_range(
+    cfg: RunConfig, name: str, lo: float, hi: float | None = None, *, lo_open: bool = False
+) -> None:
     value = getattr(cfg, name)
     ok = _is_number(value) and (value > lo if lo_open else value >= lo)
     ok = ok and (hi is None or value <= hi)
@@ -240,13 +246,19 @@ def _validate(cfg: RunConfig) -> None:
     if not isinstance(cfg.tags, tuple) or not all(isinstance(t, str) for t in cfg.tags):
         _fail("tags", cfg.tags, "a list of strings")
     shape = cfg.image_shape
-    if (not isinstance(shape, tuple) or len(shape) != 3 or not all(_is_int(s) for s in shape)
-            or not all(1 <= s <= 1024 for s in shape)):
+    if (
+        not isinstance(shape, tuple)
+        or len(shape) != 3
+        or not all(_is_int(s) for s in shape)
+        or not all(1 <= s <= 1024 for s in shape)
+    ):
         _fail("image_shape", shape, "three integers (height, width, channels), each 1..1024")
-    kind = _DATASET_INPUT[cfg.dataset]
-    if kind not in _MODEL_INPUT[cfg.model]:
-        fits = [m for m, kinds in _MODEL_INPUT.items() if kind in kinds]
+    fits = models_for(cfg.dataset)
+    if cfg.model not in fits:
         _fail("model", cfg.model, f"a model for dataset {cfg.dataset!r}: one of {', '.join(fits)}")
     if cfg.validation_size() < 1 or cfg.train_size() < cfg.batch_per_worker:
-        _fail("batch_per_worker", cfg.batch_per_worker,
-              f"no larger than the training set ({cfg.train_size()} samples)")
+        _fail(
+            "batch_per_worker",
+            cfg.batch_per_worker,
+            f"no larger than the training set ({cfg.train_size()} samples)",
+        )

@@ -12,8 +12,8 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
@@ -21,8 +21,8 @@ import numpy as np
 @dataclass(frozen=True)
 class Throughput:
     mean: float
-    ci95: float          # 1.96 · standard deviation of the per-interval figures
-    n: int               # intervals counted after warm-up
+    ci95: float  # 1.96 · standard deviation of the per-interval figures
+    n: int  # intervals counted after warm-up
 
     def __str__(self) -> str:
         return f"{self.mean:,.0f} ± {self.ci95:,.0f} samples/s (n={self.n})"
@@ -53,8 +53,9 @@ def efficiency(t_n: float, t_1: float, n: int) -> float:
     return t_n / (n * t_1) if t_1 > 0 and n > 0 else float("nan")
 
 
-def noise_components(g_small_sq: float, g_big_sq: float, b_small: int, b_big: int
-                     ) -> tuple[float, float]:
+def noise_components(
+    g_small_sq: float, g_big_sq: float, b_small: int, b_big: int
+) -> tuple[float, float]:
     """Unbiased estimates (|G|², tr Σ) from squared gradient norms at two batch sizes.
 
     McCandlish et al. 2018, eqs. (A.2)-(A.3):

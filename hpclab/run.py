@@ -12,32 +12,38 @@ from __future__ import annotations
 import re
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import pandas as pd
 
 from hpclab.config import RunConfig
+from hpclab.errors import RunFailed
 from hpclab.runs import RunRecord, RunStore
 
 POLL_S = 0.2
-STOP_GRACE_S = 10.0     # after a STOP request to a training run, how long before the last-resort abort
-SETUP_GRACE_S = 180.0   # the same while ranks still set up (data generation, first trace), or
-                        # after rank 0 said the ranks left the loop (they are only finishing up)
-PEER_GRACE_S = 5.0      # a rank raised while others still run: they are blocked in an allreduce
-
-
-class RunFailed(RuntimeError):
-    """A run ended as failed or diverged; the message says why and what to do."""
+STOP_GRACE_S = 10.0  # after a STOP request to a training run, how long before the last-resort abort
+SETUP_GRACE_S = 180.0  # the same while ranks still set up (data generation, first trace), or
+# after rank 0 said the ranks left the loop (they are only finishing up)
+PEER_GRACE_S = 5.0  # a rank raised while others still run: they are blocked in an allreduce
 
 
 class Run:
-    def __init__(self, *, config: RunConfig, workers: int, store: RunStore, results: list,
-                 ranks: list[dict], on_engines_lost: Callable[[str], None],
-                 abort: Callable[[], None], launcher_output: Callable[[], str]):
+    def __init__(
+        self,
+        *,
+        config: RunConfig,
+        workers: int,
+        store: RunStore,
+        results: list,
+        ranks: list[dict],
+        on_engines_lost: Callable[[str], None],
+        abort: Callable[[], None],
+        launcher_output: Callable[[], str],
+    ):
         self.config, self.workers, self._store = config, workers, store
         self.run_id, self.path = store.run_id, store.path
-        self._results = results            # one AsyncResult per rank, rank order
-        self._ranks = ranks                # init_worker identities, rank order
+        self._results = results  # one AsyncResult per rank, rank order
+        self._ranks = ranks  # init_worker identities, rank order
         self._on_engines_lost, self._abort = on_engines_lost, abort
         self._launcher_output = launcher_output
         self._rows: list[dict] = []
@@ -50,10 +56,11 @@ class Run:
         self.error: str | None = None
         self.started = time.time()
         self._stop_requested_at: float | None = None
-        self._training_seen = False        # rank 0 has published from inside the training loop
-        self._loop_left = False            # rank 0 published a final state: every rank left it
-        self._thread = threading.Thread(target=self._monitor, name=f"hpclab-run-{self.run_id}",
-                                        daemon=True)
+        self._training_seen = False  # rank 0 has published from inside the training loop
+        self._loop_left = False  # rank 0 published a final state: every rank left it
+        self._thread = threading.Thread(
+            target=self._monitor, name=f"hpclab-run-{self.run_id}", daemon=True
+        )
         self._thread.start()
 
     # -- public ---------------------------------------------------------------------------
@@ -75,8 +82,10 @@ class Run:
         """Block until the run ends; return the summary. Raises RunFailed if it failed/diverged,
         TimeoutError if it is still running after `timeout` seconds (the run goes on)."""
         if not self._done.wait(timeout):
-            raise TimeoutError(f"run {self.run_id} is still running after {timeout} s "
-                               "(it goes on; call run.stop() to end it).")
+            raise TimeoutError(
+                f"run {self.run_id} is still running after {timeout} s "
+                "(it goes on; call run.stop() to end it)."
+            )
         if self.status in ("failed", "diverged"):
             raise RunFailed(f"run {self.run_id} {self.status}: {self.error}")
         return self.summary
@@ -89,20 +98,24 @@ class Run:
         self._store.request_stop()
         self._done.wait(timeout)
 
-    def on_update(self, callback: Callable[["Run"], None]) -> None:
+    def on_update(self, callback: Callable[[Run], None]) -> None:
         """Call `callback(run)` from the monitor thread after new rows and once at the end."""
         self._callbacks.append(callback)
         if self.done:
             callback(self)
 
     def record(self) -> RunRecord:
-        return RunRecord(path=self.path, meta={"config": self.config.to_dict(),
-                                               "workers": self.workers, "run_id": self.run_id},
-                         summary=dict(self.summary), history=self.history, epochs=self.epochs)
+        return RunRecord(
+            path=self.path,
+            meta={"config": self.config.to_dict(), "workers": self.workers, "run_id": self.run_id},
+            summary=dict(self.summary),
+            history=self.history,
+            epochs=self.epochs,
+        )
 
     @property
     def label(self) -> str:
-        return f"{self.config.label()} ×{self.workers}"
+        return self.config.label(self.workers)
 
     def __repr__(self) -> str:
         return f"<Run {self.run_id} {self.label!r} {self.status}>"
@@ -120,14 +133,19 @@ class Run:
                     return
                 in_loop = self._training_seen and not self._loop_left
                 grace = STOP_GRACE_S if in_loop else SETUP_GRACE_S
-                if (self._stop_requested_at is not None
-                        and time.time() - self._stop_requested_at > grace):
-                    self._fail("the ranks did not stop within "
-                               f"{grace:.0f} s of the stop request and were aborted; "
-                               "call lab.restart() for fresh engines", engines_lost=True)
+                if (
+                    self._stop_requested_at is not None
+                    and time.time() - self._stop_requested_at > grace
+                ):
+                    self._fail(
+                        "the ranks did not stop within "
+                        f"{grace:.0f} s of the stop request and were aborted; "
+                        "call lab.restart() for fresh engines",
+                        engines_lost=True,
+                    )
                     return
                 time.sleep(POLL_S)
-        except Exception as exc:  # the monitor must never die silently: record why
+        except Exception as exc:  # noqa: BLE001 — the monitor must never die silently: record why
             self._fail(f"the run monitor failed: {exc!r}", engines_lost=False)
 
     def _take_telemetry(self) -> None:
@@ -143,7 +161,7 @@ class Run:
         with self._lock:
             last = self._rows[-1]["step"] if self._rows else -1
             new_rows = [r for r in rows if r["step"] > last]
-            new_epochs = epochs[len(self._epochs):]
+            new_epochs = epochs[len(self._epochs) :]
             self._rows.extend(new_rows)
             self._epochs.extend(new_epochs)
         if new_rows:
@@ -157,15 +175,17 @@ class Run:
         for cb in list(self._callbacks):
             try:
                 cb(self)
-            except Exception as exc:  # a broken chart must not stop the run's bookkeeping
+            except Exception as exc:  # noqa: BLE001 — a broken chart must not stop the run's bookkeeping
                 print(f"hpclab: an on_update callback failed: {exc!r}")
 
     def _finish(self) -> None:
         outcomes = [r.get(return_exceptions=True) for r in self._results]
         errors = [(i, o) for i, o in enumerate(outcomes) if isinstance(o, BaseException)]
         if errors:
-            self._fail(self._describe_errors(errors),
-                       engines_lost=any(_is_engine_death(o) for _, o in errors))
+            self._fail(
+                self._describe_errors(errors),
+                engines_lost=any(_is_engine_death(o) for _, o in errors),
+            )
             return
         rank0 = outcomes[0]
         self._merge(rank0.pop("rows", []), rank0.pop("epochs", []))
@@ -194,8 +214,9 @@ class Run:
         if all(r.ready() for r in self._results):
             self._finish()
             return True
-        self._fail(self._describe_errors(failed) + "; the other ranks were aborted",
-                   engines_lost=True)
+        self._fail(
+            self._describe_errors(failed) + "; the other ranks were aborted", engines_lost=True
+        )
         return True
 
     def _describe_errors(self, errors: list) -> str:
@@ -206,10 +227,15 @@ class Run:
             while first is None and time.time() < deadline:
                 time.sleep(POLL_S)
                 first = self._first_dead_rank()
-            who = (f"rank {first['rank']} (pid {first['pid']} on {first['host']}) died first"
-                   if first else "a rank died (mpiexec did not say which)")
-            return (f"{who} and MPI ended every rank; the engines are gone — "
-                    "call lab.restart() for a fresh set")
+            who = (
+                f"rank {first['rank']} (pid {first['pid']} on {first['host']}) died first"
+                if first
+                else "a rank died (mpiexec did not say which)"
+            )
+            return (
+                f"{who} and MPI ended every rank; the engines are gone — "
+                "call lab.restart() for a fresh set"
+            )
         i, exc = errors[0]
         name = getattr(exc, "ename", type(exc).__name__)
         value = getattr(exc, "evalue", str(exc))
@@ -233,13 +259,19 @@ class Run:
         if engines_lost:
             self._abort()
             self._on_engines_lost(message)
-        self._complete("failed", message, {"status": "failed", "error": message,
-                                            "world_size": self.workers})
+        self._complete(
+            "failed", message, {"status": "failed", "error": message, "world_size": self.workers}
+        )
 
     def _complete(self, status: str, error: str | None, summary: dict) -> None:
-        summary = {**summary, "run_id": self.run_id, "status": status, "error": error,
-                   "config": self.config.to_dict(),
-                   "wall_time_s": summary.get("wall_time_s", time.time() - self.started)}
+        summary = {
+            **summary,
+            "run_id": self.run_id,
+            "status": status,
+            "error": error,
+            "config": self.config.to_dict(),
+            "wall_time_s": summary.get("wall_time_s", time.time() - self.started),
+        }
         try:
             self._store.write_summary(summary)
         except OSError as exc:  # e.g. a full disk: keep the result in memory, say so

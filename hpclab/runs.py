@@ -16,16 +16,13 @@ are line-sized; a torn last line (crash mid-write) is skipped when reading.
 from __future__ import annotations
 
 import datetime as _dt
-import json
-import math
-import os
 import secrets
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
 
 import pandas as pd
+
+from hpclab.jsonio import append_jsonl, read_json, read_jsonl, write_json_atomic
 
 STOP_FILE = "STOP"
 
@@ -33,6 +30,7 @@ STOP_FILE = "STOP"
 def default_root() -> Path:
     """Where runs are recorded: $HPCLAB_RUNS, else <checkout>/runs (see hpclab.paths)."""
     from hpclab.paths import runs_dir
+
     return runs_dir()
 
 
@@ -41,77 +39,13 @@ def new_run_id() -> str:
     return f"{now:%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
 
 
-def _clean(value: Any) -> Any:
-    """Make a value strict-JSON safe: NaN/inf become None, numpy scalars become Python."""
-    if isinstance(value, dict):
-        return {str(k): _clean(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
-    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
-        try:
-            value = value.item()
-        except (TypeError, ValueError):
-            pass
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
-
-
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Replace `path` with `data` as JSON, atomically (temp file + fsync + rename)."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(_clean(data), f, indent=1, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-
-
-def append_jsonl(path: Path, rows: Iterable[dict]) -> None:
-    """Append rows to a JSON-lines file (one write call for the batch)."""
-    text = "".join(json.dumps(_clean(r), sort_keys=True) + "\n" for r in rows)
-    if text:
-        with open(path, "a") as f:
-            f.write(text)
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    rows = []
-    try:
-        with open(path) as f:
-            for line in f:
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError:
-                    continue  # a torn last line after a crash
-    except FileNotFoundError:
-        pass
-    return rows
-
-
-def _read_json(path: Path) -> dict:
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except FileNotFoundError:
-        return {}
-
-
 @dataclass
 class RunRecord:
     """A run as recorded on disk (also what `compare`, `report` and the dashboard overlay read)."""
 
     path: Path
-    meta: dict = field(default_factory=dict)        # config.json
-    summary: dict = field(default_factory=dict)     # summary.json ({} while running)
+    meta: dict = field(default_factory=dict)  # config.json
+    summary: dict = field(default_factory=dict)  # summary.json ({} while running)
     history: pd.DataFrame = field(default_factory=pd.DataFrame)
     epochs: pd.DataFrame = field(default_factory=pd.DataFrame)
 
@@ -135,11 +69,11 @@ class RunRecord:
     def label(self) -> str:
         """Legend text: the config's label plus the worker count."""
         from hpclab.config import RunConfig
+
         try:
-            base = RunConfig.from_dict(self.config).label()
+            return RunConfig.from_dict(self.config).label(self.workers)
         except ValueError:
-            base = self.run_id
-        return f"{base} ×{self.workers}"
+            return f"{self.run_id} ×{self.workers}"
 
 
 class RunStore:
@@ -152,8 +86,10 @@ class RunStore:
 
     def create(self, meta: dict) -> None:
         self.path.mkdir(parents=True, exist_ok=False)
-        write_json_atomic(self.path / "config.json", {**meta, "run_id": self.run_id,
-                                                       "created": _dt.datetime.now().isoformat()})
+        write_json_atomic(
+            self.path / "config.json",
+            {**meta, "run_id": self.run_id, "created": _dt.datetime.now().isoformat()},
+        )
 
     def append_history(self, rows: list[dict]) -> None:
         append_jsonl(self.path / "metrics.jsonl", rows)
@@ -177,10 +113,13 @@ def load_run(path: Path | str) -> RunRecord:
     path = Path(path)
     if not (path / "config.json").exists():
         raise FileNotFoundError(f"{path} is not an hpclab run folder (no config.json in it).")
-    return RunRecord(path=path, meta=_read_json(path / "config.json"),
-                     summary=_read_json(path / "summary.json"),
-                     history=pd.DataFrame(read_jsonl(path / "metrics.jsonl")),
-                     epochs=pd.DataFrame(read_jsonl(path / "epochs.jsonl")))
+    return RunRecord(
+        path=path,
+        meta=read_json(path / "config.json"),
+        summary=read_json(path / "summary.json"),
+        history=pd.DataFrame(read_jsonl(path / "metrics.jsonl")),
+        epochs=pd.DataFrame(read_jsonl(path / "epochs.jsonl")),
+    )
 
 
 def list_runs(root: Path | str | None = None) -> pd.DataFrame:
@@ -188,24 +127,28 @@ def list_runs(root: Path | str | None = None) -> pd.DataFrame:
     root = Path(root) if root is not None else default_root()
     rows = []
     for cfg_path in sorted(root.glob("*/config.json")):
-        meta = _read_json(cfg_path)
-        summary = _read_json(cfg_path.parent / "summary.json")
+        meta = read_json(cfg_path)
+        summary = read_json(cfg_path.parent / "summary.json")
         cfg = meta.get("config", {})
-        rows.append({
-            "run_id": meta.get("run_id", cfg_path.parent.name),
-            "status": summary.get("status", "running?"),
-            "name": cfg.get("name", ""),
-            "dataset": cfg.get("dataset"), "model": cfg.get("model"),
-            "workers": meta.get("workers"),
-            "global_batch": meta.get("derived", {}).get("global_batch"),
-            "lr_scaling": cfg.get("lr_scaling"), "optimizer": cfg.get("optimizer"),
-            "precision": cfg.get("precision"),
-            "val_accuracy": summary.get("val_accuracy"),
-            "samples_per_sec": summary.get("samples_per_sec"),
-            "wall_time_s": summary.get("wall_time_s"),
-            "created": meta.get("created"),
-            "path": str(cfg_path.parent),
-        })
+        rows.append(
+            {
+                "run_id": meta.get("run_id", cfg_path.parent.name),
+                "status": summary.get("status", "running?"),
+                "name": cfg.get("name", ""),
+                "dataset": cfg.get("dataset"),
+                "model": cfg.get("model"),
+                "workers": meta.get("workers"),
+                "global_batch": meta.get("derived", {}).get("global_batch"),
+                "lr_scaling": cfg.get("lr_scaling"),
+                "optimizer": cfg.get("optimizer"),
+                "precision": cfg.get("precision"),
+                "val_accuracy": summary.get("val_accuracy"),
+                "samples_per_sec": summary.get("samples_per_sec"),
+                "wall_time_s": summary.get("wall_time_s"),
+                "created": meta.get("created"),
+                "path": str(cfg_path.parent),
+            }
+        )
     df = pd.DataFrame(rows)
     if not df.empty:
         df = df.sort_values("created", ascending=False, na_position="last").reset_index(drop=True)
@@ -216,8 +159,8 @@ def find_finished(root: Path | str | None, config: dict, workers: int) -> Path |
     """The folder of a finished run with exactly this config and worker count, if any."""
     root = Path(root) if root is not None else default_root()
     for cfg_path in sorted(root.glob("*/config.json")):
-        meta = _read_json(cfg_path)
+        meta = read_json(cfg_path)
         if meta.get("config") == config and meta.get("workers") == workers:
-            if _read_json(cfg_path.parent / "summary.json").get("status") == "finished":
+            if read_json(cfg_path.parent / "summary.json").get("status") == "finished":
                 return cfg_path.parent
     return None

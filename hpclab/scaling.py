@@ -18,7 +18,7 @@ import math
 
 import numpy as np
 
-RULES = ("none", "linear", "sqrt")
+from hpclab.catalog import LR_SCALINGS as RULES
 
 
 def scaled_lr(base_lr: float, global_batch: int, base_batch: int, rule: str) -> float:
@@ -33,8 +33,15 @@ def scaled_lr(base_lr: float, global_batch: int, base_batch: int, rule: str) -> 
     raise ValueError(f"lr_scaling must be one of {', '.join(RULES)}; you passed {rule!r}.")
 
 
-def lr_at_step(step: int, *, base_lr: float, peak_lr: float, warmup_steps: int,
-               total_steps: int, schedule: str = "constant") -> float:
+def lr_at_step(
+    step: int,
+    *,
+    base_lr: float,
+    peak_lr: float,
+    warmup_steps: int,
+    total_steps: int,
+    schedule: str = "constant",
+) -> float:
     """LR for 0-based optimizer step `step`.
 
     Warm-up (Goyal et al. 2017, sec. 2.2 "gradual warmup"): a linear ramp per step from base_lr
@@ -53,8 +60,10 @@ def lr_at_step(step: int, *, base_lr: float, peak_lr: float, warmup_steps: int,
 
 def lr_schedule_array(total_steps: int, **kwargs) -> np.ndarray:
     """The whole schedule as float32 array (the engine looks LRs up by step in-graph)."""
-    return np.array([lr_at_step(s, total_steps=total_steps, **kwargs) for s in range(total_steps)],
-                    dtype=np.float32)
+    return np.array(
+        [lr_at_step(s, total_steps=total_steps, **kwargs) for s in range(total_steps)],
+        dtype=np.float32,
+    )
 
 
 def lars_trust_ratio(w_norm: float, g_norm: float, eta: float) -> float:
@@ -64,9 +73,17 @@ def lars_trust_ratio(w_norm: float, g_norm: float, eta: float) -> float:
     return 1.0
 
 
-def lars_update_reference(w: np.ndarray, g: np.ndarray, v: np.ndarray, *, lr: float,
-                          momentum: float, weight_decay: float, eta: float,
-                          excluded: bool = False) -> tuple[np.ndarray, np.ndarray, float]:
+def lars_update_reference(
+    w: np.ndarray,
+    g: np.ndarray,
+    v: np.ndarray,
+    *,
+    lr: float,
+    momentum: float,
+    weight_decay: float,
+    eta: float,
+    excluded: bool = False,
+) -> tuple[np.ndarray, np.ndarray, float]:
     """One LARS step in NumPy, the reference the TensorFlow optimizer is tested against.
 
     Classic-momentum LARS (You et al. 2017, Algorithm 1; TF Model Garden `LARS`):
@@ -88,11 +105,21 @@ def lars_update_reference(w: np.ndarray, g: np.ndarray, v: np.ndarray, *, lr: fl
     return w - v_new, v_new, trust
 
 
-def lamb_update_reference(w: np.ndarray, g: np.ndarray, m: np.ndarray, v: np.ndarray, *, t: int,
-                          lr: float, beta_1: float, beta_2: float, epsilon: float,
-                          weight_decay: float, excluded: bool = False
-                          ) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
-    """One LAMB step in NumPy, the reference `hpclab.optimizers.LAMB` is tested against.
+def lamb_update_reference(
+    w: np.ndarray,
+    g: np.ndarray,
+    m: np.ndarray,
+    v: np.ndarray,
+    *,
+    t: int,
+    lr: float,
+    beta_1: float,
+    beta_2: float,
+    epsilon: float,
+    weight_decay: float,
+    excluded: bool = False,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    """One LAMB step in NumPy, the reference `hpclab.rank.optimizers.LAMB` is tested against.
 
     You et al. 2019, "Large Batch Optimization for Deep Learning", arXiv:1904.00962, Algorithm 2
     (scaling function phi = identity), with `t` the 1-based step used for bias correction:
@@ -106,7 +133,7 @@ def lamb_update_reference(w: np.ndarray, g: np.ndarray, m: np.ndarray, v: np.nda
     g = np.asarray(g, dtype=np.float64)
     m = beta_1 * np.asarray(m, dtype=np.float64) + (1.0 - beta_1) * g
     v = beta_2 * np.asarray(v, dtype=np.float64) + (1.0 - beta_2) * g * g
-    r = (m / (1.0 - beta_1 ** t)) / (np.sqrt(v / (1.0 - beta_2 ** t)) + epsilon)
+    r = (m / (1.0 - beta_1**t)) / (np.sqrt(v / (1.0 - beta_2**t)) + epsilon)
     if excluded:
         trust = 1.0
     else:

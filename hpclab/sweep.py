@@ -24,15 +24,17 @@ from __future__ import annotations
 import itertools
 import sys
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
-from hpclab.config import ConfigError, RunConfig, field_names
+from hpclab.catalog import MAX_WORKERS, STAGED_DATASETS
+from hpclab.config import RunConfig, field_names
+from hpclab.errors import ConfigError, RunFailed
 from hpclab.runs import RunRecord, find_finished, load_run
 
-#: Datasets read from files a user stages as ``<data_dir>/<name>.npz`` (see hpclab.data).
-STAGED_DATASETS = ("mnist", "fashion_mnist", "cifar10")
+#: Datasets read from files a user stages as ``<data_dir>/<name>.npz`` (see hpclab.rank.data).
 
 Progress = Callable[[int, int, RunConfig, int, str], None]
 
@@ -43,21 +45,24 @@ class SweepPoint:
 
     config: RunConfig
     workers: int
-    finished: Path | None = None   # folder of an already finished identical run (then skipped)
+    finished: Path | None = None  # folder of an already finished identical run (then skipped)
 
     @property
     def label(self) -> str:
-        return f"{self.config.label()} ×{self.workers}"
+        return self.config.label(self.workers)
 
 
 # ---------------------------------------------------------------------------------------------
 # pure: the grid
 # ---------------------------------------------------------------------------------------------
 
+
 def _values(key: str, values: Any) -> list:
     if isinstance(values, (str, bytes, dict)) or not isinstance(values, Iterable):
-        raise ConfigError(f"sweep values must be lists; you passed {key}={values!r} "
-                          f"(write {key}=[{values!r}] for a single value).")
+        raise ConfigError(
+            f"sweep values must be lists; you passed {key}={values!r} "
+            f"(write {key}=[{values!r}] for a single value)."
+        )
     values = list(values)
     if not values:
         raise ConfigError(f"sweep values must be non-empty lists; you passed {key}=[].")
@@ -65,10 +70,11 @@ def _values(key: str, values: Any) -> list:
 
 
 def _check_workers(workers: Any) -> int:
-    from hpclab.cluster import MAX_WORKERS  # no engines start: cluster imports ipyparallel lazily
     if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= MAX_WORKERS:
-        raise ConfigError(f"sweep workers must be integers from 1 to {MAX_WORKERS}; "
-                          f"you passed workers={workers!r}.")
+        raise ConfigError(
+            f"sweep workers must be integers from 1 to {MAX_WORKERS}; "
+            f"you passed workers={workers!r}."
+        )
     return workers
 
 
@@ -82,15 +88,22 @@ def expand_grid(cfg: RunConfig, **grid: list) -> list[tuple[RunConfig, int | Non
     field and the value, if any key or any point is invalid — nothing is started here.
     """
     if not isinstance(cfg, RunConfig):
-        raise ConfigError(f"a sweep needs a RunConfig to start from; you passed {type(cfg).__name__}.")
+        raise ConfigError(
+            f"a sweep needs a RunConfig to start from; you passed {type(cfg).__name__}."
+        )
     grid = dict(grid)
-    workers_list = ([_check_workers(w) for w in _values("workers", grid.pop("workers"))]
-                    if "workers" in grid else [None])
+    workers_list = (
+        [_check_workers(w) for w in _values("workers", grid.pop("workers"))]
+        if "workers" in grid
+        else [None]
+    )
     known = set(field_names())
     for key in grid:
         if key not in known:
-            raise ConfigError(f"RunConfig has no field {key!r}, so it cannot be swept; sweepable: "
-                              f"{', '.join(sorted(known))}, workers.")
+            raise ConfigError(
+                f"RunConfig has no field {key!r}, so it cannot be swept; sweepable: "
+                f"{', '.join(sorted(known))}, workers."
+            )
     keys = list(grid)
     value_lists = [_values(k, grid[k]) for k in keys]
     points: list[tuple[RunConfig, int | None]] = []
@@ -115,11 +128,18 @@ def check_staged(cfg: RunConfig, data_dir: Path | str) -> None:
             raise FileNotFoundError(
                 f"dataset {cfg.dataset!r} is read from {path}, which does not exist; nothing is "
                 f"downloaded at run time, so stage {cfg.dataset}.npz there first (keys x_train, "
-                f"y_train, x_test, y_test) or choose --dataset mnist1d.")
+                f"y_train, x_test, y_test) or choose --dataset mnist1d."
+            )
 
 
-def plan(cfg: RunConfig, runs_dir: Path | str, *, current_workers: int,
-         data_dir: Path | str | None = None, **grid: list) -> list[SweepPoint]:
+def plan(
+    cfg: RunConfig,
+    runs_dir: Path | str,
+    *,
+    current_workers: int,
+    data_dir: Path | str | None = None,
+    **grid: list,
+) -> list[SweepPoint]:
     """The sweep's points in the order they will run, each marked if already finished.
 
     Validates everything first (ConfigError; FileNotFoundError for a missing staged dataset when
@@ -146,9 +166,15 @@ def describe(point: SweepPoint, keys: Iterable[str] = ()) -> str:
     """`b256 linear+wu1 ×2 lars_eta=0.02 (global batch 512, peak lr 0.4)`: a progress line's
     subject; `keys` are the swept fields, named with their value unless the label shows them."""
     c, w = point.config, point.workers
-    extra = "".join(f" {k}={getattr(c, k)!r}" if isinstance(getattr(c, k), str) else
-                    f" {k}={getattr(c, k):g}" if isinstance(getattr(c, k), float) else
-                    f" {k}={getattr(c, k)}" for k in keys if k not in _IN_LABEL)
+    extra = "".join(
+        f" {k}={getattr(c, k)!r}"
+        if isinstance(getattr(c, k), str)
+        else f" {k}={getattr(c, k):g}"
+        if isinstance(getattr(c, k), float)
+        else f" {k}={getattr(c, k)}"
+        for k in keys
+        if k not in _IN_LABEL
+    )
     return f"{point.label}{extra} (global batch {c.global_batch(w)}, peak lr {c.peak_lr(w):.3g})"
 
 
@@ -156,7 +182,7 @@ def outcome(record: RunRecord | None, status: str, elapsed: float | None = None)
     """`finished val_acc 0.930 (12.1 s)`: how a progress line ends (`elapsed`: the seconds the
     user waited for the run, start-up included; else the run's recorded wall time)."""
     if status == "skipped":
-        acc = (record.summary.get("val_accuracy") if record is not None else None)
+        acc = record.summary.get("val_accuracy") if record is not None else None
         return "skipped (already recorded" + (f", val_acc {acc:.3f})" if acc is not None else ")")
     summary = record.summary if record is not None else {}
     parts = [status]
@@ -178,21 +204,36 @@ class PrintProgress:
         self.keys, self.file = tuple(keys), file
 
     def start(self, i: int, n: int, point: SweepPoint) -> None:
-        print(f"[{i}/{n}] {describe(point, self.keys)} …", end="", flush=True,
-              file=self.file or sys.stdout)
+        print(
+            f"[{i}/{n}] {describe(point, self.keys)} …",
+            end="",
+            flush=True,
+            file=self.file or sys.stdout,
+        )
 
-    def end(self, i: int, n: int, point: SweepPoint, record: RunRecord | None, status: str,
-            elapsed: float | None = None) -> None:
+    def end(
+        self,
+        i: int,
+        n: int,
+        point: SweepPoint,
+        record: RunRecord | None,
+        status: str,
+        elapsed: float | None = None,
+    ) -> None:
         out = self.file or sys.stdout
         if status == "skipped":
-            print(f"[{i}/{n}] {describe(point, self.keys)} … {outcome(record, status)}",
-                  flush=True, file=out)
+            print(
+                f"[{i}/{n}] {describe(point, self.keys)} … {outcome(record, status)}",
+                flush=True,
+                file=out,
+            )
         else:
             print(f" {outcome(record, status, elapsed)}", flush=True, file=out)
 
 
-def run_sweep(lab, cfg: RunConfig, *, progress: Progress | None = None,
-              **grid: list) -> list[RunRecord]:
+def run_sweep(
+    lab, cfg: RunConfig, *, progress: Progress | None = None, **grid: list
+) -> list[RunRecord]:
     """Run every point of `grid` on `lab`, one after another; return their records in run order.
 
     `progress(i, n, cfg, workers, status)` (i counts from 1) is called with status "running"
@@ -239,7 +280,6 @@ def run_sweep(lab, cfg: RunConfig, *, progress: Progress | None = None,
 
 def _wait(run) -> None:
     """Block until `run` ends, whatever its status (failed and diverged are results here)."""
-    from hpclab.run import RunFailed
     try:
         run.wait()
     except RunFailed:
@@ -254,5 +294,13 @@ def _record(run) -> RunRecord:
         return run.record()
 
 
-__all__ = ["SweepPoint", "expand_grid", "plan", "run_sweep", "check_staged", "describe",
-           "outcome", "PrintProgress"]
+__all__ = [
+    "SweepPoint",
+    "expand_grid",
+    "plan",
+    "run_sweep",
+    "check_staged",
+    "describe",
+    "outcome",
+    "PrintProgress",
+]

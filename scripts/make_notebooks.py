@@ -74,7 +74,7 @@ import pandas as pd
 
 import hpclab
 from hpclab import Lab, RunConfig
-from hpclab.live import Dashboard
+from hpclab.views.live import Dashboard
 
 hpclab.__version__"""),
     md("""\
@@ -91,7 +91,8 @@ engine, how many CPU threads it may use and how many GPUs it sees. On a cluster 
 differ; here both ranks share one machine."""),
     code("""\
 pd.DataFrame(lab.ranks)"""),
-    md("""\
+    md(
+        """\
 ## Describe a run
 
 A `RunConfig` holds every knob of one training run. It is checked before any engine starts —
@@ -99,7 +100,9 @@ try `RunConfig(precision="fp8")` later and read the message. `derived(workers)` 
 numbers that follow from it: the **global batch** (samples per optimizer step, over all
 ranks), the peak learning rate after scaling, and the steps per epoch.
 
-""" + PRESET_NOTE),
+"""
+        + PRESET_NOTE
+    ),
     code("""\
 cfg = RunConfig(num_samples=40960, steps_per_call=4, batch_per_worker=64, epochs=2)
 cfg.derived(lab.workers)"""),
@@ -199,14 +202,17 @@ Nine runs, about a minute and a half on two idle cores. The question is not whic
 it is *what each recipe does as the batch grows*, including how it fails."""),
     code("""\
 from hpclab import Lab, RunConfig
-from hpclab.comparison import accuracy_vs_batch, compare"""),
+from hpclab.views.comparison import accuracy_vs_batch, compare"""),
     code("""\
 lab = Lab(workers=2)"""),
-    md(PRESET_NOTE + """
+    md(
+        PRESET_NOTE
+        + """
 
 The LARS settings (peak LR 0.2 at batch 2048, η = 0.1) were chosen for this lab by trying a few
 pairs at batch 2048. LARS always needs such tuning: the paper's η = 0.001 goes with the very
-large learning rates of ImageNet ResNets (try it in the exercise)."""),
+large learning rates of ImageNet ResNets (try it in the exercise)."""
+    ),
     code("""\
 base = RunConfig(num_samples=40960, steps_per_call=4, epochs=3)
 
@@ -317,7 +323,7 @@ notebook measures both halves on two workers, about two minutes."""),
 import plotly.express as px
 
 from hpclab import Lab, RunConfig
-from hpclab.comparison import compare, steps_to_target_chart"""),
+from hpclab.views.comparison import compare, steps_to_target_chart"""),
     code("""\
 lab = Lab(workers=2)"""),
     md(PRESET_NOTE),
@@ -427,14 +433,17 @@ number of workers):
 | ResNet-20 on 32×32×3 synthetic images | ≈ 0.27 M (1.1 MB) | far more: 2-D convolutions over 32×32 images |"""),
     code("""\
 from hpclab import Lab, RunConfig
-from hpclab.comparison import compare, scaling_efficiency"""),
+from hpclab.views.comparison import compare, scaling_efficiency"""),
     code("""\
 lab = Lab(workers=2)"""),
-    md(PRESET_NOTE + """
+    md(
+        PRESET_NOTE
+        + """
 
 We read throughput only, so the runs are short: 128 steps for the CNN, 48 for ResNet-20 (two
 steps per compiled call). The learning rate is left unscaled, so no run is cut short by a
-blow-up at a large batch."""),
+blow-up at a large batch."""
+    ),
     code("""\
 cnn = RunConfig(num_samples=40960, steps_per_call=4, epochs=16, max_steps=128,
                 lr_scaling="none")
@@ -535,15 +544,18 @@ side by side: the noise-scale estimate, and the measured knee."""),
 import pandas as pd
 
 from hpclab import Lab, RunConfig
-from hpclab.comparison import compare, steps_to_target_chart
-from hpclab.live import figure"""),
+from hpclab.views.comparison import compare, steps_to_target_chart
+from hpclab.views.live import figure"""),
     code("""\
 lab = Lab(workers=2)"""),
-    md(PRESET_NOTE + """
+    md(
+        PRESET_NOTE
+        + """
 
 The runs use the square-root learning-rate rule with a 1-epoch warm-up, six epochs each — the
 same recipe as notebook 02, so if you ran 02 first, the sweep reuses its four recorded runs and
-only trains the fifth."""),
+only trains the fifth."""
+    ),
     code("""\
 accurate = RunConfig(num_samples=40960, steps_per_call=4, epochs=6, lr_scaling="sqrt",
                      warmup_epochs=1)
@@ -636,7 +648,7 @@ converted back and forth and is usually *slower*. This notebook measures what *t
 does — the numbers depend on its CPU — and whether accuracy survives."""),
     code("""\
 from hpclab import Lab, RunConfig
-from hpclab.comparison import compare"""),
+from hpclab.views.comparison import compare"""),
     code("""\
 lab = Lab(workers=2)"""),
     md(PRESET_NOTE),
@@ -734,13 +746,16 @@ NOTEBOOKS = {
 # building
 # =============================================================================================
 
+
 def build() -> dict:
     """name -> nbformat NotebookNode, deterministic (fixed cell ids, no outputs)."""
     out = {}
     for name, cells in NOTEBOOKS.items():
         nb = new_notebook()
-        nb.metadata = {"kernelspec": dict(KERNELSPEC),
-                       "language_info": {"name": "python", "pygments_lexer": "ipython3"}}
+        nb.metadata = {
+            "kernelspec": dict(KERNELSPEC),
+            "language_info": {"name": "python", "pygments_lexer": "ipython3"},
+        }
         for i, (kind, text) in enumerate(cells):
             cell = new_markdown_cell(text) if kind == "markdown" else new_code_cell(text)
             cell.id = f"{name[:2]}-{i:02d}"
@@ -756,8 +771,11 @@ def dumps(nb) -> str:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true",
-                        help="do not write; exit 1 if a stored notebook differs from the build")
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="do not write; exit 1 if a stored notebook differs from the build",
+    )
     args = parser.parse_args(argv)
     OUT.mkdir(exist_ok=True)
     stale = []

@@ -7,7 +7,7 @@
 #               skipped when .venv/hpclab-deps.stamp matches (hash of base.in, lock.txt,
 #               pyproject.toml and the MPI choice)
 #   3. horovod  Horovod 0.28.1 compiled once per (Horovod, TensorFlow, MPI, Python) and kept in
-#               .cache/wheels/<key>/ with a build.json; see hpclab/_build.py. Skipped when the
+#               .cache/wheels/<key>/ with a build.json; see scripts/horovod_cache.py. Skipped when the
 #               installed Horovod came from a matching cached wheel and its MPI ops link the
 #               expected libmpi (ldd).
 #   4. doctor   .venv/bin/hpclab doctor --quick
@@ -102,7 +102,7 @@ else
   else
     # Site MPI: everything but mpich/mpi4py from the lock, then mpi4py compiled with the site mpicc.
     reqs="$VENV/hpclab-base-system.in"
-    "$PY" -m hpclab._build requirements requirements/base.in --without mpich mpi4py > "$reqs"
+    "$PY" scripts/horovod_cache.py requirements requirements/base.in --without mpich mpi4py > "$reqs"
     if "$PY" -m pip show --quiet mpich 2>/dev/null; then
       echo "    removing the PyPI mpich wheel (HPCLAB_MPI=system)"
       "$PY" -m pip uninstall --yes mpich
@@ -119,7 +119,7 @@ stage_done deps
 
 # ---------------------------------------------------------------------------------------------
 stage "horovod: Horovod $HOROVOD_VERSION with TensorFlow, MPI and Gloo"
-build() { "$PY" -m hpclab._build "$@"; }
+build() { "$PY" scripts/horovod_cache.py "$@"; }
 
 build_horovod() {  # build_horovod KEY DIR: compile the wheel into DIR with its build.json
   local key="$1" dir="$2" tmp log start jobs
@@ -188,7 +188,7 @@ stage_done horovod
 
 # ---------------------------------------------------------------------------------------------
 stage "doctor: hpclab doctor --quick"
-if [[ -f hpclab/cli.py && -x "$VENV/bin/hpclab" ]]; then
+if [[ -x "$VENV/bin/hpclab" ]]; then
   "$VENV/bin/hpclab" doctor --quick || die "hpclab doctor found a problem; its message above says what to do."
 else
   echo "    hpclab CLI not available yet; skipped"

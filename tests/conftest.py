@@ -7,6 +7,7 @@ import pytest
 def lab2(tmp_path_factory):
     """A real 2-worker Lab: ipyparallel MPI engines + Horovod, runs recorded in a temp folder."""
     from hpclab import Lab
+
     lab = Lab(workers=2, runs_dir=tmp_path_factory.mktemp("runs"), verbose=False)
     yield lab
     lab.stop()

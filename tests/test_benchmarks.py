@@ -34,6 +34,7 @@ flags\t\t: fpu sse sse2 avx fma avx2 avx512f avx512bw amx_tile
 
 # -- machine, peak and MFU -----------------------------------------------------------------------
 
+
 def test_parse_cpuinfo():
     cpu = bl.parse_cpuinfo(CPUINFO)
     assert cpu["model_name"] == "Intel(R) Xeon(R) Processor"
@@ -42,12 +43,15 @@ def test_parse_cpuinfo():
     assert {"avx512f", "fma", "amx_tile"} <= set(cpu["flags"])
 
 
-@pytest.mark.parametrize("flags,units,expected", [
-    (["avx512f", "avx2", "fma"], 2, 64),   # 16 lanes x 2 (FMA) x 2 units
-    (["avx512f", "avx2", "fma"], 1, 32),   # one 512-bit FMA unit
-    (["avx2", "fma"], 2, 32),              # 8 lanes x 2 x 2
-    (["sse2"], 1, 8),                      # 4 lanes x 2
-])
+@pytest.mark.parametrize(
+    "flags,units,expected",
+    [
+        (["avx512f", "avx2", "fma"], 2, 64),  # 16 lanes x 2 (FMA) x 2 units
+        (["avx512f", "avx2", "fma"], 1, 32),  # one 512-bit FMA unit
+        (["avx2", "fma"], 2, 32),  # 8 lanes x 2 x 2
+        (["sse2"], 1, 8),  # 4 lanes x 2
+    ],
+)
 def test_fp32_flop_per_cycle(flags, units, expected):
     assert bl.fp32_flop_per_cycle(flags, units) == expected
 
@@ -80,6 +84,7 @@ def test_bad_inputs_say_what_was_passed():
 
 # -- statistics ----------------------------------------------------------------------------------
 
+
 def test_paired_ratios_median_spread_efficiency():
     assert bl.paired_ratios([10.0, 30.0, 8.0], [5.0, 10.0, 8.0]) == [2.0, 3.0, 1.0]
     assert bl.median([2.0, 3.0, 1.0]) == 2.0
@@ -101,22 +106,55 @@ def test_verdicts():
 # -- the table -----------------------------------------------------------------------------------
 
 RESULTS = {
-    "engine_vs_plain": {"goal": 2.0, "ranks": {
-        "1": {"engine_median": 48000.0, "plain_median": 16000.0, "ratio_median": 3.0,
-              "wall_ratio_median": 2.5, "engine_cpu_us_per_sample": 20.0,
-              "plain_cpu_us_per_sample": 50.0, "cpu_ratio": 2.5},
-        "2": {"engine_median": 30000.0, "plain_median": 20000.0, "ratio_median": 1.5}}},
+    "engine_vs_plain": {
+        "goal": 2.0,
+        "ranks": {
+            "1": {
+                "engine_median": 48000.0,
+                "plain_median": 16000.0,
+                "ratio_median": 3.0,
+                "wall_ratio_median": 2.5,
+                "engine_cpu_us_per_sample": 20.0,
+                "plain_cpu_us_per_sample": 50.0,
+                "cpu_ratio": 2.5,
+            },
+            "2": {"engine_median": 30000.0, "plain_median": 20000.0, "ratio_median": 1.5},
+        },
+    },
     "telemetry": {"goal": 0.99, "ratio_median": 0.995, "engine_ratio_median": 1.001},
-    "cold_start": {"goal": 10.0, "workers": 2, "startup_s": [9.0, 11.0, 12.0], "median_s": 11.0,
-                   "registered_median_s": 7.5, "horovod_init_median_s": 3.5,
-                   "idle_engine_cpu_fraction": [[0.3, 0.2], [0.25, 0.1], [0.4, 0.35]]},
-    "weak_scaling": {"goal": 0.9, "label": "resnet20", "t1_median": 100.0, "t2_median": 190.0,
-                     "efficiency_median": 0.95, "efficiencies": [0.95, 0.8, 0.97]},
-    "resnet50": {"ranks": 2, "batch_per_rank": 8, "per_rank_mean": 1.5, "per_rank_ci95": 0.1,
-                 "total_mean": 3.0, "total_ci95": 0.2, "mfu": 73.8 / 332.8,
-                 "mfu_1fma": 73.8 / 166.4,
-                 "peak": {"peak_flops": 332.8e9, "flop_per_cycle_per_core": 64,
-                          "peak_flops_1fma": 166.4e9, "flop_per_cycle_per_core_1fma": 32}},
+    "cold_start": {
+        "goal": 10.0,
+        "workers": 2,
+        "startup_s": [9.0, 11.0, 12.0],
+        "median_s": 11.0,
+        "registered_median_s": 7.5,
+        "horovod_init_median_s": 3.5,
+        "idle_engine_cpu_fraction": [[0.3, 0.2], [0.25, 0.1], [0.4, 0.35]],
+    },
+    "weak_scaling": {
+        "goal": 0.9,
+        "label": "resnet20",
+        "t1_median": 100.0,
+        "t2_median": 190.0,
+        "efficiency_median": 0.95,
+        "efficiencies": [0.95, 0.8, 0.97],
+    },
+    "resnet50": {
+        "ranks": 2,
+        "batch_per_rank": 8,
+        "per_rank_mean": 1.5,
+        "per_rank_ci95": 0.1,
+        "total_mean": 3.0,
+        "total_ci95": 0.2,
+        "mfu": 73.8 / 332.8,
+        "mfu_1fma": 73.8 / 166.4,
+        "peak": {
+            "peak_flops": 332.8e9,
+            "flop_per_cycle_per_core": 64,
+            "peak_flops_1fma": 166.4e9,
+            "flop_per_cycle_per_core_1fma": 32,
+        },
+    },
 }
 
 
@@ -133,8 +171,8 @@ def test_build_table_values_and_verdicts():
     assert _row(rows, "2 rank(s): engine / fit")["verdict"] == "MISS"
     assert _row(rows, "1 rank(s): engine samples/s")["value"] == "48,000"
     assert _row(rows, "1 rank(s): same, all-in")["value"] == "2.50x"
-    assert _row(rows, "1 rank(s): CPU µs/sample/rank fit 50.0 vs engine 20.0")["value"] == "2.50x"
-    assert not [r for r in rows if r["measure"].startswith("2 rank(s): CPU")]
+    # CPU-time figures stay in results.json only (too noisy on a shared machine for the table)
+    assert not [r for r in rows if "CPU µs" in r["measure"]]
     assert _row(rows, "on (0.5 s) / off")["value"] == "0.995"
     assert _row(rows, "on (0.5 s) / off")["verdict"] == "PASS"
     start = _row(rows, "Lab(workers=2) startup_s, median of 3")
@@ -163,17 +201,38 @@ def test_build_table_skips_sections_not_run_and_formats_markdown():
 
 # -- a real tiny run -----------------------------------------------------------------------------
 
+
 @pytest.mark.slow
 @pytest.mark.mpi
 def test_run_py_quick_start_writes_results(tmp_path):
     out = tmp_path / "results.json"
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "run.py"), "--quick",
-                           "--only", "start", "--out", str(out)],
-                          capture_output=True, text=True, timeout=500, cwd=ROOT)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "run.py"),
+            "--quick",
+            "--only",
+            "start",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=500,
+        cwd=ROOT,
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     results = json.loads(out.read_text())
-    assert {"machine", "versions", "plan", "noise", "goals", "table", "cold_start",
-            "sections"} <= set(results)
+    assert {
+        "machine",
+        "versions",
+        "plan",
+        "noise",
+        "goals",
+        "table",
+        "cold_start",
+        "sections",
+    } <= set(results)
     assert results["sections"] == ["start"]
     assert "engine_vs_plain" not in results and results["errors"] == {}
     cs = results["cold_start"]

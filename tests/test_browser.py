@@ -30,15 +30,22 @@ pytestmark = [pytest.mark.browser, pytest.mark.mpi, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 ARTIFACTS = ROOT / "test-artifacts"
 
 # Small data (4000 samples, 3200 to train), one step per compiled call, and far more epochs than
 # the test waits for: it always stops the run, so a slow, shared machine cannot end it first.
 PRESET = "hpclab.RunConfig(num_samples=4000, epochs=200, batch_per_worker=16, steps_per_call=1)"
 CELLS = [
-    "import hpclab\nfrom hpclab.controls import Panel",
+    "import hpclab\nfrom hpclab.views.panel import Panel",
     "lab = hpclab.Lab(workers=2)",
     f"panel = Panel(lab, base={PRESET})\npanel",
 ]
@@ -59,10 +66,14 @@ def _need_chromium() -> None:
     if os.path.exists(CHROMIUM):
         return
     if os.geteuid() != 0:
-        pytest.skip(f"{CHROMIUM} is missing and installing it needs root; ask an admin for "
-                    "`apt-get install chromium fonts-dejavu-core` (scripts/install-browser.sh).")
-    pytest.fail(f"{CHROMIUM} is missing; run scripts/install-browser.sh (as root) first — "
-                ".ci/run does this before the tests.")
+        pytest.skip(
+            f"{CHROMIUM} is missing and installing it needs root; ask an admin for "
+            "`apt-get install chromium fonts-dejavu-core` (scripts/install-browser.sh)."
+        )
+    pytest.fail(
+        f"{CHROMIUM} is missing; run scripts/install-browser.sh (as root) first — "
+        ".ci/run does this before the tests."
+    )
 
 
 def _free_port() -> int:
@@ -73,15 +84,20 @@ def _free_port() -> int:
 
 def _write_notebook(path: Path) -> None:
     import nbformat
+
     nb = nbformat.v4.new_notebook()
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)",
-                                 "language": "python"}
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3 (ipykernel)",
+        "language": "python",
+    }
     nb.cells = [nbformat.v4.new_code_cell(src) for src in CELLS]
     nbformat.write(nb, path)
 
 
 def _descendants(pid: int) -> list:
     import psutil
+
     try:
         return psutil.Process(pid).children(recursive=True)
     except psutil.NoSuchProcess:
@@ -101,31 +117,50 @@ class JupyterLab:
         settings = config_dir / "lab" / "user-settings" / "@jupyterlab" / "apputils-extension"
         settings.mkdir(parents=True)
         (settings / "notification.jupyterlab-settings").write_text(
-            '{"fetchNews": "false", "checkForUpdates": false}')
+            '{"fetchNews": "false", "checkForUpdates": false}'
+        )
         # if the test fails, `dump_kernel_stacks` makes the kernel print every thread's stack
         startup = tmp / "ipython" / "profile_default" / "startup"
         startup.mkdir(parents=True)
         (startup / "00-faulthandler.py").write_text(
-            "import faulthandler, signal\nfaulthandler.register(signal.SIGUSR1, all_threads=True)\n")
+            "import faulthandler, signal\nfaulthandler.register(signal.SIGUSR1, all_threads=True)\n"
+        )
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
-        env.update(HPCLAB_RUNS=str(tmp / "runs"), JUPYTER_CONFIG_DIR=str(config_dir),
-                   JUPYTER_RUNTIME_DIR=str(tmp / "jupyter-runtime"), IPYTHONDIR=str(tmp / "ipython"),
-                   JUPYTER_PLATFORM_DIRS="1")
+        env.update(
+            HPCLAB_RUNS=str(tmp / "runs"),
+            JUPYTER_CONFIG_DIR=str(config_dir),
+            JUPYTER_RUNTIME_DIR=str(tmp / "jupyter-runtime"),
+            IPYTHONDIR=str(tmp / "ipython"),
+            JUPYTER_PLATFORM_DIRS="1",
+        )
         self.log_path = tmp / "jupyterlab.log"
         self._log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1",
-             f"--port={self.port}", "--ServerApp.port_retries=0",
-             f"--IdentityProvider.token={self.token}", f"--ServerApp.root_dir={self.root}",
-             # let the kernel's atexit stop its MPI engines before the server would kill it
-             "--KernelManager.shutdown_wait_time=60",
-             "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-             "--LabApp.news_url=None", "--LabApp.extension_manager=readonly",
-             *(["--allow-root"] if os.geteuid() == 0 else [])],
-            stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT, env=env,
-            cwd=self.root)
-        self.processes: dict[int, str] = {}   # every pid the server started, seen while running
+            [
+                sys.executable,
+                "-m",
+                "jupyterlab",
+                "--no-browser",
+                "--ip=127.0.0.1",
+                f"--port={self.port}",
+                "--ServerApp.port_retries=0",
+                f"--IdentityProvider.token={self.token}",
+                f"--ServerApp.root_dir={self.root}",
+                # let the kernel's atexit stop its MPI engines before the server would kill it
+                "--KernelManager.shutdown_wait_time=60",
+                "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+                "--LabApp.news_url=None",
+                "--LabApp.extension_manager=readonly",
+                *(["--allow-root"] if os.geteuid() == 0 else []),
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=self.root,
+        )
+        self.processes: dict[int, str] = {}  # every pid the server started, seen while running
         self._wait_ready(60)
 
     @property
@@ -134,15 +169,23 @@ class JupyterLab:
 
     def api(self, method: str, path: str, timeout: float = 10):
         import requests
-        return requests.request(method, f"{self.url}{path}", timeout=timeout,
-                                headers={"Authorization": f"token {self.token}"})
+
+        return requests.request(
+            method,
+            f"{self.url}{path}",
+            timeout=timeout,
+            headers={"Authorization": f"token {self.token}"},
+        )
 
     def _wait_ready(self, timeout: float) -> None:
         import requests
+
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise AssertionError(f"JupyterLab exited with {self.proc.returncode}:\n{self.log()}")
+                raise AssertionError(
+                    f"JupyterLab exited with {self.proc.returncode}:\n{self.log()}"
+                )
             try:
                 if self.api("GET", "/api/status", timeout=2).ok:
                     return
@@ -158,11 +201,12 @@ class JupyterLab:
     def dump_kernel_stacks(self) -> None:
         """Every thread's stack of the notebook kernel, into the server log (for a failure)."""
         import signal
+
         for p in _descendants(self.proc.pid):
             try:
                 if "ipykernel" in " ".join(p.cmdline()):
                     p.send_signal(signal.SIGUSR1)
-            except Exception:  # it ended meanwhile: nothing to dump
+            except Exception:  # noqa: BLE001 — it ended meanwhile: nothing to dump
                 pass
         time.sleep(1)
 
@@ -170,7 +214,7 @@ class JupyterLab:
         for p in _descendants(self.proc.pid):
             try:
                 self.processes[p.pid] = " ".join(p.cmdline())[:160]
-            except Exception:  # it ended between listing and asking: nothing to remember
+            except Exception:  # noqa: BLE001 — it ended between listing and asking: nothing to remember
                 pass
 
     def close(self) -> list[str]:
@@ -224,8 +268,10 @@ def jupyterlab(tmp_path):
         yield server
     finally:
         leftovers = server.close()
-        assert not leftovers, ("processes survived the kernel and server shutdown (killed now): "
-                               + "; ".join(leftovers))
+        assert not leftovers, (
+            "processes survived the kernel and server shutdown (killed now): "
+            + "; ".join(leftovers)
+        )
 
 
 def _accept_dialogs(page, seconds: float) -> None:
@@ -269,9 +315,15 @@ def test_panel_runs_and_charts_live_in_jupyterlab(jupyterlab):
         browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
         try:
             page = browser.new_page(viewport={"width": 1500, "height": 1500})
-            console: list[str] = []   # browser-side errors, printed if the test fails
-            page.on("console", lambda m: console.append(f"{m.type}: {m.text}")
-                    if m.type in ("error", "warning") else None)
+            console: list[str] = []  # browser-side errors, printed if the test fails
+            page.on(
+                "console",
+                lambda m: (
+                    console.append(f"{m.type}: {m.text}")
+                    if m.type in ("error", "warning")
+                    else None
+                ),
+            )
             page.on("pageerror", lambda e: console.append(f"pageerror: {e}"))
             page.goto(f"{jupyterlab.url}/lab/tree/panel.ipynb?token={jupyterlab.token}")
             page.locator(".jp-Notebook").first.wait_for(state="visible", timeout=90_000)
@@ -283,15 +335,18 @@ def test_panel_runs_and_charts_live_in_jupyterlab(jupyterlab):
             _accept_dialogs(page, 1)
 
             run_button = page.locator("button.hpclab-run")
-            run_button.wait_for(state="visible", timeout=180_000)   # engines + Horovod started
+            run_button.wait_for(state="visible", timeout=180_000)  # engines + Horovod started
             jupyterlab.remember_processes()
             assert run_button.inner_text().strip() == "Run"
             _wait_for(run_button.is_enabled, 30, "the Run button to be enabled", page)
             assert _status(page).strip() == "ready"
-            page.evaluate("document.querySelector('.hpclab-panel').scrollIntoView({block: 'start'})")
+            page.evaluate(
+                "document.querySelector('.hpclab-panel').scrollIntoView({block: 'start'})"
+            )
 
             page.locator(".js-plotly-plot").get_by_text("gradient noise scale").wait_for(
-                timeout=60_000)                                      # the dashboard is drawn
+                timeout=60_000
+            )  # the dashboard is drawn
 
             # a knob typed in the browser reaches the kernel and the derived numbers follow
             batch = page.locator(".hpclab-batch_per_worker input")
@@ -306,15 +361,23 @@ def test_panel_runs_and_charts_live_in_jupyterlab(jupyterlab):
             jupyterlab.remember_processes()
 
             # the live chart gains points while the run trains
-            first = _wait_for(lambda: max(0, page.evaluate(PLOT_POINTS_JS)) >= 2 and
-                              page.evaluate(PLOT_POINTS_JS), 240, "the first points", page)
+            first = _wait_for(
+                lambda: (
+                    max(0, page.evaluate(PLOT_POINTS_JS)) >= 2 and page.evaluate(PLOT_POINTS_JS)
+                ),
+                240,
+                "the first points",
+                page,
+            )
             time.sleep(3)
             second = page.evaluate(PLOT_POINTS_JS)
             status = _status(page)
             assert second > first, f"the chart did not grow in 3 s ({first} → {second}): {status}"
             assert status.startswith("running: step"), status
             assert page.evaluate(SUBPLOTS_JS) == 5
-            page.evaluate("document.querySelector('.hpclab-panel').scrollIntoView({block: 'start'})")
+            page.evaluate(
+                "document.querySelector('.hpclab-panel').scrollIntoView({block: 'start'})"
+            )
             time.sleep(0.5)
             shot = _screenshot(page, "browser-panel.png")
             if os.environ.get("HPCLAB_SAVE_DOCS_SCREENSHOT") == "1":
@@ -325,10 +388,13 @@ def test_panel_runs_and_charts_live_in_jupyterlab(jupyterlab):
             # training, the browser may draw one frame a second: a click can take a while to land.)
             page.locator("button.hpclab-stop").click(timeout=90_000)
             t_click = time.monotonic()
-            _wait_for(lambda: _status(page).startswith("stopped at step"), 60, "status 'stopped'",
-                      page)
-            print(f"test_browser: 'stopped' shown {time.monotonic() - t_click:.1f} s after the "
-                  "Stop click")
+            _wait_for(
+                lambda: _status(page).startswith("stopped at step"), 60, "status 'stopped'", page
+            )
+            print(
+                f"test_browser: 'stopped' shown {time.monotonic() - t_click:.1f} s after the "
+                "Stop click"
+            )
             assert page.evaluate(SUBPLOTS_JS) == 5
             _wait_for(run_button.is_enabled, 5, "Run to be enabled again", page)
             assert page.locator("button.hpclab-stop").is_disabled()

@@ -15,19 +15,34 @@ from pathlib import Path
 
 import pytest
 
-from hpclab import _build
-from hpclab._build import BuildEnv, MPIInfo
-
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))  # install-time tooling lives beside setup.sh
+
+import horovod_cache as _build  # noqa: E402
+from horovod_cache import BuildEnv, MPIInfo  # noqa: E402
+
+from hpclab.tools.linkage import parse_ldd_libmpi  # noqa: E402
 
 
 def make_env(**changes) -> BuildEnv:
     """A PyPI-MPI environment like the test machines'; `mpi_*` keys change the MPI fields."""
     mpi_changes = {k[4:]: changes.pop(k) for k in list(changes) if k.startswith("mpi_")}
-    mpi = MPIInfo(mode="pypi", flavour="mpich", version="5.0.2", mpicc="/repo/.venv/bin/mpicc",
-                  libmpi="/repo/.venv/lib/libmpi.so.12", fingerprint="ab" * 32)
-    env = BuildEnv(horovod="0.28.1", tensorflow="2.15.1", python="3.11.7", python_tag="cp311",
-                   platform="linux-x86_64", mpi=mpi)
+    mpi = MPIInfo(
+        mode="pypi",
+        flavour="mpich",
+        version="5.0.2",
+        mpicc="/repo/.venv/bin/mpicc",
+        libmpi="/repo/.venv/lib/libmpi.so.12",
+        fingerprint="ab" * 32,
+    )
+    env = BuildEnv(
+        horovod="0.28.1",
+        tensorflow="2.15.1",
+        python="3.11.7",
+        python_tag="cp311",
+        platform="linux-x86_64",
+        mpi=mpi,
+    )
     return dataclasses.replace(env, mpi=dataclasses.replace(mpi, **mpi_changes), **changes)
 
 
@@ -38,21 +53,28 @@ def test_key_names_horovod_tf_mpi_and_python():
     assert _build.wheel_cache_key(make_env()) == "horovod0.28.1-tf2.15.1-mpich5.0.2-cp311"
 
 
-@pytest.mark.parametrize("changes", [
-    {"tensorflow": "2.15.0"},
-    {"mpi_version": "4.3.2"},
-    {"mpi_flavour": "openmpi"},
-    {"python_tag": "cp312"},
-    {"mpi_mode": "system"},
-])
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"tensorflow": "2.15.0"},
+        {"mpi_version": "4.3.2"},
+        {"mpi_flavour": "openmpi"},
+        {"python_tag": "cp312"},
+        {"mpi_mode": "system"},
+    ],
+)
 def test_different_tf_mpi_or_python_gives_a_different_key(changes):
     assert _build.wheel_cache_key(make_env(**changes)) != _build.wheel_cache_key(make_env())
 
 
 def test_site_mpi_key_carries_a_fingerprint_hash():
-    a = make_env(mpi_mode="system", mpi_flavour="openmpi", mpi_version="4.1.5", mpi_fingerprint="1" * 64)
+    a = make_env(
+        mpi_mode="system", mpi_flavour="openmpi", mpi_version="4.1.5", mpi_fingerprint="1" * 64
+    )
     b = dataclasses.replace(a, mpi=dataclasses.replace(a.mpi, fingerprint="2" * 64))
-    assert _build.wheel_cache_key(a) == "horovod0.28.1-tf2.15.1-system-openmpi4.1.5-1111111111-cp311"
+    assert (
+        _build.wheel_cache_key(a) == "horovod0.28.1-tf2.15.1-system-openmpi4.1.5-1111111111-cp311"
+    )
     assert _build.wheel_cache_key(a) != _build.wheel_cache_key(b)
 
 
@@ -71,14 +93,17 @@ def test_matching_metadata_is_reused():
     assert "2.15.1" in reason and "5.0.2" in reason
 
 
-@pytest.mark.parametrize("changes, label", [
-    ({"tensorflow": "2.15.0"}, "TensorFlow version"),
-    ({"mpi_version": "4.3.2"}, "MPI version"),
-    ({"mpi_libmpi": "/elsewhere/lib/libmpi.so.12"}, "MPI library path"),
-    ({"mpi_fingerprint": "cd" * 32}, "MPI fingerprint"),
-    ({"mpi_mode": "system"}, "MPI source"),
-    ({"python_tag": "cp312"}, "Python ABI"),
-])
+@pytest.mark.parametrize(
+    "changes, label",
+    [
+        ({"tensorflow": "2.15.0"}, "TensorFlow version"),
+        ({"mpi_version": "4.3.2"}, "MPI version"),
+        ({"mpi_libmpi": "/elsewhere/lib/libmpi.so.12"}, "MPI library path"),
+        ({"mpi_fingerprint": "cd" * 32}, "MPI fingerprint"),
+        ({"mpi_mode": "system"}, "MPI source"),
+        ({"python_tag": "cp312"}, "Python ABI"),
+    ],
+)
 def test_metadata_mismatch_is_not_reused_and_says_why(changes, label):
     meta = _build.make_meta(make_env(), "horovod.whl", 120.0)
     ok, reason = _build.wheel_matches(meta, make_env(**changes))
@@ -104,15 +129,19 @@ def test_cached_wheel_checks_the_directory(tmp_path):
     ok_dir = tmp_path / "ok"
     ok_dir.mkdir()
     (ok_dir / "horovod-0.28.1-cp311-cp311-linux_x86_64.whl").write_bytes(b"wheel")
-    (ok_dir / _build.META_NAME).write_text(json.dumps(
-        _build.make_meta(env, "horovod-0.28.1-cp311-cp311-linux_x86_64.whl", 1.0)))
+    (ok_dir / _build.META_NAME).write_text(
+        json.dumps(_build.make_meta(env, "horovod-0.28.1-cp311-cp311-linux_x86_64.whl", 1.0))
+    )
     wheel, reason = _build.cached_wheel(str(ok_dir), env)
     assert wheel == str(ok_dir / "horovod-0.28.1-cp311-cp311-linux_x86_64.whl"), reason
 
     wheel, reason = _build.cached_wheel(str(ok_dir), make_env(tensorflow="2.15.0"))
     assert wheel is None and "TensorFlow" in reason
 
-    assert _build.cached_wheel(str(tmp_path / "missing"), env) == (None, f"no cached wheel in {tmp_path / 'missing'}")
+    assert _build.cached_wheel(str(tmp_path / "missing"), env) == (
+        None,
+        f"no cached wheel in {tmp_path / 'missing'}",
+    )
 
     no_wheel = tmp_path / "no-wheel"
     no_wheel.mkdir()
@@ -131,9 +160,9 @@ LDD_OK = """\
 
 
 def test_parse_ldd_libmpi():
-    assert _build.parse_ldd_libmpi(LDD_OK) == ("libmpi.so.12", "/repo/.venv/lib/libmpi.so.12")
-    assert _build.parse_ldd_libmpi("\tlibmpi.so.40 => not found\n") == ("libmpi.so.40", None)
-    assert _build.parse_ldd_libmpi("\tlibc.so.6 => /lib/libc.so.6 (0x1)\n") is None
+    assert parse_ldd_libmpi(LDD_OK) == ("libmpi.so.12", "/repo/.venv/lib/libmpi.so.12")
+    assert parse_ldd_libmpi("\tlibmpi.so.40 => not found\n") == ("libmpi.so.40", None)
+    assert parse_ldd_libmpi("\tlibc.so.6 => /lib/libc.so.6 (0x1)\n") is None
 
 
 def test_libmpi_from_show_prefers_the_versioned_library(tmp_path):
@@ -147,14 +176,20 @@ def test_libmpi_from_show_prefers_the_versioned_library(tmp_path):
 
 
 def test_version_parsers():
-    assert _build.parse_mpichversion("MPICH Version:      5.0.2\nMPICH Release date: x\n") == "5.0.2"
+    assert (
+        _build.parse_mpichversion("MPICH Version:      5.0.2\nMPICH Release date: x\n") == "5.0.2"
+    )
     assert _build.parse_ompi_info("Open MPI v4.1.5\n\nhttps://www.open-mpi.org/\n") == "4.1.5"
     assert _build.parse_mpiexec_version(
-        "Intel(R) MPI Library for Linux* OS, Version 2021.10 Build 20230619") == ("intelmpi", "2021.10")
+        "Intel(R) MPI Library for Linux* OS, Version 2021.10 Build 20230619"
+    ) == ("intelmpi", "2021.10")
     assert _build.parse_mpiexec_version("mpiexec (OpenRTE) 4.1.2\n") == ("openmpi", "4.1.2")
     assert _build.parse_mpiexec_version("mpiexec (Open MPI) 5.0.3\n") == ("openmpi", "5.0.3")
     assert _build.parse_mpiexec_version("srun 23.02.7\n") == ("unknown", "")
-    assert _build.parse_mpiexec_version("HYDRA build details:\n    Version:  4.1.2\n") == ("mpich", "4.1.2")
+    assert _build.parse_mpiexec_version("HYDRA build details:\n    Version:  4.1.2\n") == (
+        "mpich",
+        "4.1.2",
+    )
     with pytest.raises(_build.BuildEnvError):
         _build.parse_mpichversion("something else")
 
@@ -162,7 +197,11 @@ def test_version_parsers():
 def test_requirements_without_drops_only_named_packages():
     lines = ["# MPI\n", "mpich\n", "mpi4py>=4\n", "mpi4py-extra\n", "numpy<2\n", "-c lock.txt\n"]
     assert _build.requirements_without(lines, ["mpich", "MPI4PY"]) == [
-        "# MPI\n", "mpi4py-extra\n", "numpy<2\n", "-c lock.txt\n"]
+        "# MPI\n",
+        "mpi4py-extra\n",
+        "numpy<2\n",
+        "-c lock.txt\n",
+    ]
 
 
 def test_mpi_mode_rejects_unknown_values():
@@ -180,7 +219,9 @@ def test_system_mode_without_mpicc_says_what_to_do(tmp_path):
 # -- the real environment ------------------------------------------------------------------------
 
 
-@pytest.mark.skipif(os.environ.get("HPCLAB_MPI", "pypi") != "pypi", reason="describes the PyPI-MPI venv")
+@pytest.mark.skipif(
+    os.environ.get("HPCLAB_MPI", "pypi") != "pypi", reason="describes the PyPI-MPI venv"
+)
 def test_read_env_describes_this_venv():
     env = _build.read_env({})
     assert env.horovod == "0.28.1" and env.tensorflow == "2.15.1" and env.python_tag == "cp311"
@@ -192,13 +233,21 @@ def test_read_env_describes_this_venv():
 def test_warm_setup_reuses_everything_and_is_fast():
     """`scripts/setup.sh` on a set-up checkout: no pip install, no Horovod build."""
     start = time.perf_counter()
-    result = subprocess.run(["bash", "scripts/setup.sh"], cwd=ROOT, capture_output=True, text=True,
-                            timeout=600, stdin=subprocess.DEVNULL)
+    result = subprocess.run(
+        ["bash", "scripts/setup.sh"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        stdin=subprocess.DEVNULL,
+    )
     elapsed = time.perf_counter() - start
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-3000:]
     assert "building Horovod" not in output, output[-3000:]
-    assert ("already installed and verified" in output or "reusing cached wheel" in output), output[-3000:]
+    assert "already installed and verified" in output or "reusing cached wheel" in output, output[
+        -3000:
+    ]
     assert "up to date (stamp matches" in output, output[-3000:]
     assert "hpclab doctor: OK" in output, output[-3000:]
     assert elapsed < 120, f"warm setup took {elapsed:.0f} s"

@@ -13,42 +13,79 @@ from pathlib import Path
 
 import pytest
 
-from hpclab import cli
 from hpclab.config import RunConfig
 from hpclab.runs import RunStore, load_run
+from hpclab.tools import cli
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def hpclab(*args: str, timeout: float = 300, cwd: Path | None = None):
-    """`hpclab ARGS` as a subprocess (the installed entry point is `hpclab.cli:main`)."""
+    """`hpclab ARGS` as a subprocess (the installed entry point is `hpclab.tools.cli:main`)."""
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    return subprocess.run([sys.executable, "-m", "hpclab.cli", *args], capture_output=True,
-                          text=True, timeout=timeout, env=env, cwd=cwd or REPO)
+    return subprocess.run(
+        [sys.executable, "-m", "hpclab.tools.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=cwd or REPO,
+    )
 
 
-def record(root: Path, cfg: RunConfig, workers: int = 2, status: str = "finished",
-           acc: float = 0.9) -> Path:
+def record(
+    root: Path, cfg: RunConfig, workers: int = 2, status: str = "finished", acc: float = 0.9
+) -> Path:
     """A run folder as the Run handle writes it (config, epochs, summary)."""
     store = RunStore(root)
     store.create({"config": cfg.to_dict(), "workers": workers, "derived": cfg.derived(workers)})
     spe = cfg.steps_per_epoch(workers)
-    store.append_history([{"step": s, "samples": s * cfg.global_batch(workers), "time_s": 0.1 * s,
-                           "loss": 1.0 / s, "accuracy": 0.5, "lr": cfg.peak_lr(workers),
-                           "samples_per_sec": 5000.0, "rank_samples_per_sec": [2500.0] * workers}
-                          for s in range(1, spe + 1)])
-    store.append_epochs([{"epoch": 1, "step": spe, "time_s": 0.1 * spe, "val_accuracy": acc,
-                          "val_loss": 1 - acc, "samples_per_sec": 5000.0}])
-    store.write_summary({"run_id": store.run_id, "status": status, "val_accuracy": acc,
-                         "world_size": workers, "global_batch": cfg.global_batch(workers),
-                         "samples_per_sec": 5000.0, "wall_time_s": 3.0,
-                         "config": cfg.to_dict()})
+    store.append_history(
+        [
+            {
+                "step": s,
+                "samples": s * cfg.global_batch(workers),
+                "time_s": 0.1 * s,
+                "loss": 1.0 / s,
+                "accuracy": 0.5,
+                "lr": cfg.peak_lr(workers),
+                "samples_per_sec": 5000.0,
+                "rank_samples_per_sec": [2500.0] * workers,
+            }
+            for s in range(1, spe + 1)
+        ]
+    )
+    store.append_epochs(
+        [
+            {
+                "epoch": 1,
+                "step": spe,
+                "time_s": 0.1 * spe,
+                "val_accuracy": acc,
+                "val_loss": 1 - acc,
+                "samples_per_sec": 5000.0,
+            }
+        ]
+    )
+    store.write_summary(
+        {
+            "run_id": store.run_id,
+            "status": status,
+            "val_accuracy": acc,
+            "world_size": workers,
+            "global_batch": cfg.global_batch(workers),
+            "samples_per_sec": 5000.0,
+            "wall_time_s": 3.0,
+            "config": cfg.to_dict(),
+        }
+    )
     return store.path
 
 
 # ---------------------------------------------------------------------------------------------
 # parsing
 # ---------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("command", ["run", "sweep"])
 def test_help_lists_every_runconfig_field(command, capsys):
@@ -68,9 +105,24 @@ def test_help_lists_every_runconfig_field(command, capsys):
 
 def test_run_options_become_a_runconfig():
     args = cli.build_parser().parse_args(
-        ["run", "--batch-per-worker", "128", "--lr-scaling", "sqrt", "--base-lr", "0.1",
-         "--image-shape", "16,16,1", "--fp16-allreduce", "--no-noise-scale", "--tags", "a,b",
-         "--workers", "4"])
+        [
+            "run",
+            "--batch-per-worker",
+            "128",
+            "--lr-scaling",
+            "sqrt",
+            "--base-lr",
+            "0.1",
+            "--image-shape",
+            "16,16,1",
+            "--fp16-allreduce",
+            "--no-noise-scale",
+            "--tags",
+            "a,b",
+            "--workers",
+            "4",
+        ]
+    )
     cfg = RunConfig(**cli._field_values(args))
     assert (cfg.batch_per_worker, cfg.lr_scaling, cfg.base_lr) == (128, "sqrt", 0.1)
     assert cfg.image_shape == (16, 16, 1) and cfg.tags == ("a", "b")
@@ -81,38 +133,57 @@ def test_run_options_become_a_runconfig():
 
 def test_sweep_options_take_comma_lists():
     args = cli.build_parser().parse_args(
-        ["sweep", "--batch-per-worker", "32,128,512", "--lr-scaling", "none,linear",
-         "--fp16-allreduce", "false,true", "--no-noise-scale", "--image-shape", "8x8x1,16x16x3",
-         "--name", "a,b", "--workers", "1,2"])
+        [
+            "sweep",
+            "--batch-per-worker",
+            "32,128,512",
+            "--lr-scaling",
+            "none,linear",
+            "--fp16-allreduce",
+            "false,true",
+            "--no-noise-scale",
+            "--image-shape",
+            "8x8x1,16x16x3",
+            "--name",
+            "a,b",
+            "--workers",
+            "1,2",
+        ]
+    )
     values = cli._field_values(args)
     assert values["batch_per_worker"] == [32, 128, 512]
     assert values["lr_scaling"] == ["none", "linear"]
     assert values["fp16_allreduce"] == [False, True] and values["noise_scale"] == [False]
     assert values["image_shape"] == [(8, 8, 1), (16, 16, 3)]
-    assert values["name"] == ["a,b"]          # a name is one value, never swept
+    assert values["name"] == ["a,b"]  # a name is one value, never swept
     assert args.workers == [1, 2]
     one = cli.build_parser().parse_args(["sweep", "--image-shape", "32,32,3", "--fp16-allreduce"])
     assert cli._field_values(one) == {"image_shape": [(32, 32, 3)], "fp16_allreduce": [True]}
 
 
-@pytest.mark.parametrize("argv, words", [
-    (["run", "--lr-scaling", "cubic"], ["--lr-scaling", "'cubic'", "none, linear, sqrt"]),
-    (["sweep", "--batch-per-worker", "32,big"], ["--batch-per-worker", "'big'", "integer"]),
-    (["run", "--workers", "0"], ["--workers", "'0'"]),
-    (["run", "--image-shape", "32,32"], ["--image-shape", "32,32,3"]),
-    (["run", "--batch-per-worker", "0"], ["batch_per_worker=0"]),
-    (["sweep", "--batch-per-worker", "32,0", "--runs-dir", "{tmp}"], ["batch_per_worker=0"]),
-    (["run", "--dataset", "cifar10", "--model", "resnet20", "--data-dir", "{tmp}"],
-     ["cifar10.npz", "stage"]),
-    (["report", "{tmp}", "-o", "{tmp}/r.html"], ["neither an hpclab run folder"]),
-    (["report", "{tmp}/nothing-here"], ["does not exist"]),
-    (["runs", "--runs-dir", "{tmp}/nothing-here"], ["does not exist"]),
-])
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["run", "--lr-scaling", "cubic"], ["--lr-scaling", "'cubic'", "none, linear, sqrt"]),
+        (["sweep", "--batch-per-worker", "32,big"], ["--batch-per-worker", "'big'", "integer"]),
+        (["run", "--workers", "0"], ["--workers", "'0'"]),
+        (["run", "--image-shape", "32,32"], ["--image-shape", "32,32,3"]),
+        (["run", "--batch-per-worker", "0"], ["batch_per_worker=0"]),
+        (["sweep", "--batch-per-worker", "32,0", "--runs-dir", "{tmp}"], ["batch_per_worker=0"]),
+        (
+            ["run", "--dataset", "cifar10", "--model", "resnet20", "--data-dir", "{tmp}"],
+            ["cifar10.npz", "stage"],
+        ),
+        (["report", "{tmp}", "-o", "{tmp}/r.html"], ["neither an hpclab run folder"]),
+        (["report", "{tmp}/nothing-here"], ["does not exist"]),
+        (["runs", "--runs-dir", "{tmp}/nothing-here"], ["does not exist"]),
+    ],
+)
 def test_a_user_mistake_is_one_sentence_and_exit_2(argv, words, tmp_path, capsys):
     argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
     try:
         code = cli.main(argv)
-    except SystemExit as exit_:   # argparse's own errors leave through sys.exit
+    except SystemExit as exit_:  # argparse's own errors leave through sys.exit
         code = exit_.code
     out, err = capsys.readouterr()
     assert code == 2, err
@@ -123,8 +194,9 @@ def test_a_user_mistake_is_one_sentence_and_exit_2(argv, words, tmp_path, capsys
         assert word in lines[0], lines[0]
 
 
-@pytest.mark.parametrize("argv", [["run", "--lr-scaling", "cubic"],
-                                  ["report", "{tmp}", "-o", "{tmp}/r.html"]])
+@pytest.mark.parametrize(
+    "argv", [["run", "--lr-scaling", "cubic"], ["report", "{tmp}", "-o", "{tmp}/r.html"]]
+)
 def test_from_outside_a_mistake_shows_no_traceback(argv, tmp_path):
     result = hpclab(*[a.replace("{tmp}", str(tmp_path)) for a in argv], timeout=60)
     assert result.returncode == 2 and result.stdout == ""
@@ -140,10 +212,16 @@ def test_no_command_prints_help_and_exits_2(capsys):
 # runs / report / an already finished sweep: no engines needed
 # ---------------------------------------------------------------------------------------------
 
+
 def test_runs_lists_recorded_runs(tmp_path, capsys):
     a = record(tmp_path, RunConfig(batch_per_worker=32), acc=0.912)
-    b = record(tmp_path, RunConfig(batch_per_worker=256, lr_scaling="none"), workers=1,
-               status="diverged", acc=0.1)
+    b = record(
+        tmp_path,
+        RunConfig(batch_per_worker=256, lr_scaling="none"),
+        workers=1,
+        status="diverged",
+        acc=0.1,
+    )
     assert cli.main(["runs", "--runs-dir", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert a.name in out and b.name in out
@@ -174,13 +252,27 @@ def test_a_recorded_sweep_is_skipped_without_starting_engines(tmp_path, capsys):
     for b in (32, 64):
         record(tmp_path, base.replace(batch_per_worker=b))
     report = tmp_path / "sweep.html"
-    code = cli.main(["sweep", "--num-samples", "4000", "--epochs", "1", "--batch-per-worker",
-                     "32,64", "--workers", "2", "--runs-dir", str(tmp_path), "--report",
-                     str(report)])
+    code = cli.main(
+        [
+            "sweep",
+            "--num-samples",
+            "4000",
+            "--epochs",
+            "1",
+            "--batch-per-worker",
+            "32,64",
+            "--workers",
+            "2",
+            "--runs-dir",
+            str(tmp_path),
+            "--report",
+            str(report),
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 0
     assert "2 already recorded" in out and out.count("skipped (already recorded") == 2
-    assert "MPI engine" not in out   # nothing was started
+    assert "MPI engine" not in out  # nothing was started
     assert report.is_file()
 
 
@@ -188,18 +280,29 @@ def test_a_recorded_sweep_is_skipped_without_starting_engines(tmp_path, capsys):
 # real: MPI engines, Horovod, training — through the command line
 # ---------------------------------------------------------------------------------------------
 
+
 @pytest.mark.mpi
 @pytest.mark.slow
 def test_run_json_prints_one_summary_line(tmp_path):
-    result = hpclab("run", "--json", "--workers", "2", "--num-samples", "4000", "--epochs", "1",
-                    "--runs-dir", str(tmp_path))
+    result = hpclab(
+        "run",
+        "--json",
+        "--workers",
+        "2",
+        "--num-samples",
+        "4000",
+        "--epochs",
+        "1",
+        "--runs-dir",
+        str(tmp_path),
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.count("\n") == 1 and result.stdout.endswith("\n"), result.stdout
     summary = json.loads(result.stdout)
     assert summary["status"] == "finished" and summary["world_size"] == 2
     assert 0.0 <= summary["val_accuracy"] <= 1.0
     assert "Traceback" not in result.stderr
-    run = load_run(summary["path"])            # and the run was recorded where asked
+    run = load_run(summary["path"])  # and the run was recorded where asked
     assert run.path.parent == tmp_path and run.status == "finished"
     assert run.summary["val_accuracy"] == summary["val_accuracy"]
 
@@ -207,20 +310,33 @@ def test_run_json_prints_one_summary_line(tmp_path):
 @pytest.mark.mpi
 @pytest.mark.slow
 def test_sweep_runs_resumes_and_reports(tmp_path):
-    args = ["sweep", "--workers", "2", "--num-samples", "4000", "--epochs", "1",
-            "--batch-per-worker", "32,64", "--lr-scaling", "sqrt", "--runs-dir", str(tmp_path)]
+    args = [
+        "sweep",
+        "--workers",
+        "2",
+        "--num-samples",
+        "4000",
+        "--epochs",
+        "1",
+        "--batch-per-worker",
+        "32,64",
+        "--lr-scaling",
+        "sqrt",
+        "--runs-dir",
+        str(tmp_path),
+    ]
     first = hpclab(*args)
     assert first.returncode == 0, first.stdout + first.stderr
     assert "Traceback" not in first.stderr
-    lines = [l for l in first.stdout.splitlines() if l.startswith("[")]
-    assert len(lines) == 2 and all("finished val_acc" in l for l in lines), first.stdout
+    lines = [ln for ln in first.stdout.splitlines() if ln.startswith("[")]
+    assert len(lines) == 2 and all("finished val_acc" in ln for ln in lines), first.stdout
     assert lines[0].startswith("[1/2] b32 sqrt+wu1 ×2") and lines[1].startswith("[2/2] b64 sqrt")
 
     report = tmp_path / "report.html"
     again = hpclab(*args, "--report", str(report), timeout=60)
     assert again.returncode == 0, again.stdout + again.stderr
     assert again.stdout.count("skipped (already recorded") == 2, again.stdout
-    assert "MPI engine" not in again.stdout        # resumed without starting engines
+    assert "MPI engine" not in again.stdout  # resumed without starting engines
     assert len(list(tmp_path.glob("*/config.json"))) == 2
     page = report.read_text()
     assert "b32 sqrt+wu1 ×2" in page and "b64 sqrt+wu1 ×2" in page

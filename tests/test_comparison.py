@@ -6,64 +6,123 @@ worked out here from the hand-chosen inputs, not taken from the code under test.
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from hpclab.comparison import (Comparison, accuracy_vs_batch, compare, default_target,
-                            scaling_efficiency, steps_to_target, steps_to_target_chart,
-                            time_to_target)
 from hpclab.config import RunConfig
 from hpclab.runs import RunStore, load_run
+from hpclab.views.comparison import (
+    Comparison,
+    accuracy_vs_batch,
+    compare,
+    default_target,
+    scaling_efficiency,
+    steps_to_target,
+    steps_to_target_chart,
+    time_to_target,
+)
 
 SAMPLES = 20_000  # MNIST-1D samples generated for these runs
-TRAIN = 16_000    # 20 % of them are held out for validation
+TRAIN = 16_000  # 20 % of them are held out for validation
 
 
-def write_run(root: Path, *, bpw: int, workers: int, val_accs: list[float],
-              epoch_s: float = 5.0, lr_scaling: str = "linear", name: str = "",
-              samples_per_sec: float = 10_000.0, status: str = "finished") -> Path:
-    cfg = RunConfig(batch_per_worker=bpw, lr_scaling=lr_scaling, name=name,
-                    epochs=len(val_accs), num_samples=SAMPLES)
+def write_run(
+    root: Path,
+    *,
+    bpw: int,
+    workers: int,
+    val_accs: list[float],
+    epoch_s: float = 5.0,
+    lr_scaling: str = "linear",
+    name: str = "",
+    samples_per_sec: float = 10_000.0,
+    status: str = "finished",
+) -> Path:
+    cfg = RunConfig(
+        batch_per_worker=bpw,
+        lr_scaling=lr_scaling,
+        name=name,
+        epochs=len(val_accs),
+        num_samples=SAMPLES,
+    )
     store = RunStore(root)
     store.create({"config": cfg.to_dict(), "workers": workers, "derived": cfg.derived(workers)})
     gb, spe = cfg.global_batch(workers), cfg.steps_per_epoch(workers)
-    hist = [{"step": s, "epoch": s / spe, "samples": s * gb, "time_s": s / spe * epoch_s,
-             "loss": 1.0, "accuracy": 0.5, "lr": cfg.peak_lr(workers),
-             "samples_per_sec": samples_per_sec,
-             "rank_samples_per_sec": [samples_per_sec / workers] * workers,
-             "noise_scale": 100.0} for s in range(spe // 2, spe * len(val_accs) + 1, spe // 2)]
+    hist = [
+        {
+            "step": s,
+            "epoch": s / spe,
+            "samples": s * gb,
+            "time_s": s / spe * epoch_s,
+            "loss": 1.0,
+            "accuracy": 0.5,
+            "lr": cfg.peak_lr(workers),
+            "samples_per_sec": samples_per_sec,
+            "rank_samples_per_sec": [samples_per_sec / workers] * workers,
+            "noise_scale": 100.0,
+        }
+        for s in range(spe // 2, spe * len(val_accs) + 1, spe // 2)
+    ]
     store.append_history(hist)
-    store.append_epochs([{"epoch": k, "step": k * spe, "time_s": k * epoch_s, "loss": 1.0 / k,
-                          "accuracy": a, "val_loss": 1.0 / k, "val_accuracy": a,
-                          "lr": cfg.peak_lr(workers), "samples_per_sec": samples_per_sec}
-                         for k, a in enumerate(val_accs, start=1)])
-    store.write_summary({"run_id": store.run_id, "status": status, "val_accuracy": val_accs[-1],
-                         "world_size": workers, "global_batch": gb, "lr": cfg.peak_lr(workers),
-                         "samples_per_sec": samples_per_sec, "samples_per_sec_ci95": 200.0,
-                         "steps": spe * len(val_accs), "wall_time_s": epoch_s * len(val_accs) + 4,
-                         "versions": {"tensorflow": "2.15.1", "horovod": "0.28.1"}})
+    store.append_epochs(
+        [
+            {
+                "epoch": k,
+                "step": k * spe,
+                "time_s": k * epoch_s,
+                "loss": 1.0 / k,
+                "accuracy": a,
+                "val_loss": 1.0 / k,
+                "val_accuracy": a,
+                "lr": cfg.peak_lr(workers),
+                "samples_per_sec": samples_per_sec,
+            }
+            for k, a in enumerate(val_accs, start=1)
+        ]
+    )
+    store.write_summary(
+        {
+            "run_id": store.run_id,
+            "status": status,
+            "val_accuracy": val_accs[-1],
+            "world_size": workers,
+            "global_batch": gb,
+            "lr": cfg.peak_lr(workers),
+            "samples_per_sec": samples_per_sec,
+            "samples_per_sec_ci95": 200.0,
+            "steps": spe * len(val_accs),
+            "wall_time_s": epoch_s * len(val_accs) + 4,
+            "versions": {"tensorflow": "2.15.1", "horovod": "0.28.1"},
+        }
+    )
     return store.path
 
 
 # -- pure functions ------------------------------------------------------------------------------
 
-EPOCHS = pd.DataFrame({"epoch": [1, 2, 3, 4, 5],
-                       "step": [100, 200, 300, 400, 500],
-                       "time_s": [1.5, 3.0, 4.5, 6.0, 7.5],
-                       "val_accuracy": [0.50, 0.78, 0.81, 0.79, 0.90]})
+EPOCHS = pd.DataFrame(
+    {
+        "epoch": [1, 2, 3, 4, 5],
+        "step": [100, 200, 300, 400, 500],
+        "time_s": [1.5, 3.0, 4.5, 6.0, 7.5],
+        "val_accuracy": [0.50, 0.78, 0.81, 0.79, 0.90],
+    }
+)
 
 
-@pytest.mark.parametrize("target, steps, seconds", [
-    (0.80, 300, 4.5),    # first row at or above 0.80 is epoch 3 (epoch 4 dips, irrelevant)
-    (0.78, 200, 3.0),    # "≥": equal counts
-    (0.90, 500, 7.5),
-    (0.40, 100, 1.5),
-    (0.95, None, None),  # never reached
-])
+@pytest.mark.parametrize(
+    "target, steps, seconds",
+    [
+        (0.80, 300, 4.5),  # first row at or above 0.80 is epoch 3 (epoch 4 dips, irrelevant)
+        (0.78, 200, 3.0),  # "≥": equal counts
+        (0.90, 500, 7.5),
+        (0.40, 100, 1.5),
+        (0.95, None, None),  # never reached
+    ],
+)
 def test_steps_and_time_to_target(target, steps, seconds):
     assert steps_to_target(EPOCHS, target) == steps
     assert time_to_target(EPOCHS, target) == seconds
@@ -79,21 +138,52 @@ def test_to_target_on_empty_or_partial_tables():
 
 # -- a small sweep on disk -----------------------------------------------------------------------
 
+
 @pytest.fixture
 def sweep(tmp_path) -> dict[str, Path]:
     return {
         # linear rule, growing global batch (64 per worker × 1, 2, 4 workers)
-        "b64": write_run(tmp_path, bpw=64, workers=1, val_accs=[0.70, 0.85, 0.90], epoch_s=10.0,
-                         samples_per_sec=10_000.0),
-        "b128": write_run(tmp_path, bpw=64, workers=2, val_accs=[0.75, 0.82, 0.88], epoch_s=6.0,
-                          samples_per_sec=18_000.0),
-        "b256": write_run(tmp_path, bpw=64, workers=4, val_accs=[0.60, 0.70, 0.78], epoch_s=4.0,
-                          samples_per_sec=30_000.0),
+        "b64": write_run(
+            tmp_path,
+            bpw=64,
+            workers=1,
+            val_accs=[0.70, 0.85, 0.90],
+            epoch_s=10.0,
+            samples_per_sec=10_000.0,
+        ),
+        "b128": write_run(
+            tmp_path,
+            bpw=64,
+            workers=2,
+            val_accs=[0.75, 0.82, 0.88],
+            epoch_s=6.0,
+            samples_per_sec=18_000.0,
+        ),
+        "b256": write_run(
+            tmp_path,
+            bpw=64,
+            workers=4,
+            val_accs=[0.60, 0.70, 0.78],
+            epoch_s=4.0,
+            samples_per_sec=30_000.0,
+        ),
         # sqrt rule at two batches (256 from one worker: a strong-scaling partner of b256)
-        "sqrt128": write_run(tmp_path, bpw=128, workers=1, lr_scaling="sqrt",
-                             val_accs=[0.80, 0.86, 0.89], samples_per_sec=11_000.0),
-        "sqrt256": write_run(tmp_path, bpw=256, workers=1, lr_scaling="sqrt",
-                             val_accs=[0.78, 0.84, 0.87], samples_per_sec=12_000.0),
+        "sqrt128": write_run(
+            tmp_path,
+            bpw=128,
+            workers=1,
+            lr_scaling="sqrt",
+            val_accs=[0.80, 0.86, 0.89],
+            samples_per_sec=11_000.0,
+        ),
+        "sqrt256": write_run(
+            tmp_path,
+            bpw=256,
+            workers=1,
+            lr_scaling="sqrt",
+            val_accs=[0.78, 0.84, 0.87],
+            samples_per_sec=12_000.0,
+        ),
     }
 
 
@@ -101,17 +191,29 @@ def test_compare_table_from_paths(sweep):
     cmp = compare([str(p) for p in sweep.values()], target=0.8)
     assert isinstance(cmp, Comparison)
     t = cmp.table.set_index("run_id")
-    for key in ("label", "workers", "global_batch", "optimizer", "lr_scaling", "precision",
-                "peak_lr", "val_accuracy", "samples_per_sec", "wall_time_s", "steps_to_target",
-                "time_to_target_s", "status"):
+    for key in (
+        "label",
+        "workers",
+        "global_batch",
+        "optimizer",
+        "lr_scaling",
+        "precision",
+        "peak_lr",
+        "val_accuracy",
+        "samples_per_sec",
+        "wall_time_s",
+        "steps_to_target",
+        "time_to_target_s",
+        "status",
+    ):
         assert key in cmp.table.columns
     b64 = t.loc[sweep["b64"].name]
     assert b64["global_batch"] == 64 and b64["workers"] == 1
-    assert b64["steps_to_target"] == 2 * (TRAIN // 64)   # epoch 2 (0.85) is the first ≥ 0.8
+    assert b64["steps_to_target"] == 2 * (TRAIN // 64)  # epoch 2 (0.85) is the first ≥ 0.8
     assert b64["time_to_target_s"] == 20.0
     b256 = t.loc[sweep["b256"].name]
     assert pd.isna(b256["steps_to_target"]) and pd.isna(b256["time_to_target_s"])
-    assert b256["peak_lr"] == pytest.approx(0.05 * 256 / 64)     # linear rule from base 64
+    assert b256["peak_lr"] == pytest.approx(0.05 * 256 / 64)  # linear rule from base 64
     assert t.loc[sweep["sqrt128"].name, "steps_to_target"] == TRAIN // 128  # epoch 1 (0.80)
     assert t.loc[sweep["b128"].name, "label"] == "b64 linear+wu1 ×2"
 
@@ -203,8 +305,10 @@ def test_scaling_efficiency_weak_and_strong(sweep):
 
 
 def test_scaling_efficiency_relative_to_smallest_worker_count(tmp_path):
-    paths = [write_run(tmp_path, bpw=64, workers=n, val_accs=[0.5], samples_per_sec=t)
-             for n, t in ((2, 16_000.0), (4, 24_000.0))]
+    paths = [
+        write_run(tmp_path, bpw=64, workers=n, val_accs=[0.5], samples_per_sec=t)
+        for n, t in ((2, 16_000.0), (4, 24_000.0))
+    ]
     fig = scaling_efficiency(paths)
     eff = [t for t in fig.data if t.xaxis == "x2" and t.mode == "lines+markers"]
     assert len(eff) == 1 and "relative to N=2" in eff[0].name
@@ -212,8 +316,10 @@ def test_scaling_efficiency_relative_to_smallest_worker_count(tmp_path):
 
 
 def test_scaling_efficiency_without_series_says_why(tmp_path):
-    paths = [write_run(tmp_path, bpw=64, workers=1, val_accs=[0.5]),
-             write_run(tmp_path, bpw=32, workers=2, val_accs=[0.5], lr_scaling="sqrt")]
+    paths = [
+        write_run(tmp_path, bpw=64, workers=1, val_accs=[0.5]),
+        write_run(tmp_path, bpw=32, workers=2, val_accs=[0.5], lr_scaling="sqrt"),
+    ]
     # same global batch 64 from 1×64 and 2×32 → that IS a strong-scaling pair
     assert any("strong" in (t.name or "") for t in scaling_efficiency(paths).data)
     lonely = scaling_efficiency(paths[:1])

@@ -5,14 +5,14 @@ import math
 import pytest
 
 from hpclab import ConfigError, RunConfig
-from hpclab.cluster import Lab
+from hpclab.lab import Lab
 
 # (field, bad value, words the message must contain besides the field and value)
 BAD = [
     ("dataset", "imagenet", "one of"),
     ("dataset", 3, "one of"),
     ("model", "vgg", "one of"),
-    ("model", "resnet20", "a model for dataset 'mnist1d'"),    # images model on 1-D data
+    ("model", "resnet20", "a model for dataset 'mnist1d'"),  # images model on 1-D data
     ("optimizer", "rmsprop", "one of"),
     ("lr_scaling", "quadratic", "one of"),
     ("lr_schedule", "step", "one of"),
@@ -23,7 +23,7 @@ BAD = [
     ("batch_per_worker", 64.0, "integer"),
     ("batch_per_worker", "64", "integer"),
     ("batch_per_worker", True, "integer"),
-    ("batch_per_worker", 40000, "training set"),                # larger than the data
+    ("batch_per_worker", 40000, "training set"),  # larger than the data
     ("base_batch", 0, "integer"),
     ("epochs", 0, "> 0"),
     ("epochs", float("nan"), "finite"),
@@ -67,19 +67,27 @@ def test_unknown_field_is_named():
         RunConfig().replace(lr=0.1)
 
 
-@pytest.mark.parametrize("kwargs,words", [
-    ({"workers": 0}, "workers"), ({"workers": 2.0}, "workers"), ({"workers": "2"}, "workers"),
-    ({"workers": 10_000}, "workers"), ({"launcher": "pbs"}, "launcher"),
-    ({"threads_per_worker": 0}, "threads_per_worker"), ({"start_timeout": -5}, "start_timeout"),
-])
+@pytest.mark.parametrize(
+    "kwargs,words",
+    [
+        ({"workers": 0}, "workers"),
+        ({"workers": 2.0}, "workers"),
+        ({"workers": "2"}, "workers"),
+        ({"workers": 10_000}, "workers"),
+        ({"launcher": "pbs"}, "launcher"),
+        ({"threads_per_worker": 0}, "threads_per_worker"),
+        ({"start_timeout": -5}, "start_timeout"),
+    ],
+)
 def test_bad_lab_arguments_fail_before_any_engine_starts(kwargs, words):
     with pytest.raises(ValueError, match=words):
         Lab(**kwargs)  # would take seconds if it started engines; it must fail first
 
 
 def test_round_trip_through_plain_dict():
-    cfg = RunConfig(batch_per_worker=32, lr_scaling="sqrt", image_shape=(8, 8, 1),
-                    tags=("sweep-a",), name="x")
+    cfg = RunConfig(
+        batch_per_worker=32, lr_scaling="sqrt", image_shape=(8, 8, 1), tags=("sweep-a",), name="x"
+    )
     d = cfg.to_dict()
     assert isinstance(d["image_shape"], list)
     assert RunConfig.from_dict(d) == cfg
@@ -90,10 +98,16 @@ def test_frozen():
         RunConfig().epochs = 3
 
 
-@pytest.mark.parametrize("rule,workers,expected", [
-    ("none", 4, 0.05), ("linear", 4, 0.05 * 256 / 64), ("sqrt", 4, 0.05 * math.sqrt(256 / 64)),
-    ("linear", 1, 0.05), ("linear", 2, 0.1),
-])
+@pytest.mark.parametrize(
+    "rule,workers,expected",
+    [
+        ("none", 4, 0.05),
+        ("linear", 4, 0.05 * 256 / 64),
+        ("sqrt", 4, 0.05 * math.sqrt(256 / 64)),
+        ("linear", 1, 0.05),
+        ("linear", 2, 0.1),
+    ],
+)
 def test_peak_lr_follows_the_rule(rule, workers, expected):
     cfg = RunConfig(batch_per_worker=64, base_batch=64, base_lr=0.05, lr_scaling=rule)
     assert cfg.global_batch(workers) == 64 * workers
@@ -101,8 +115,15 @@ def test_peak_lr_follows_the_rule(rule, workers, expected):
 
 
 def test_warmup_ramps_per_step_then_holds():
-    cfg = RunConfig(num_samples=10000, batch_per_worker=50, base_batch=50, base_lr=0.1,
-                    lr_scaling="linear", warmup_epochs=1, epochs=3)
+    cfg = RunConfig(
+        num_samples=10000,
+        batch_per_worker=50,
+        base_batch=50,
+        base_lr=0.1,
+        lr_scaling="linear",
+        warmup_epochs=1,
+        epochs=3,
+    )
     w = 2
     spe = cfg.steps_per_epoch(w)
     assert spe == 8000 // 100

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from hpclab.config import ConfigError, RunConfig
-from hpclab.controls import KNOBS, PRECISION_HINT, Panel, models_for
+from hpclab.views.panel import KNOBS, PRECISION_HINT, Panel, models_for
 
 SMALL = RunConfig(num_samples=4000, epochs=2)
 
@@ -28,28 +28,54 @@ def set_knobs(panel, **values):
 
 # -- config building and derived numbers -------------------------------------------------------
 
+
 def test_knobs_start_from_the_base_config(preview):
     assert preview.config_from_widgets() == SMALL
     assert set(KNOBS) <= set(preview.widgets)
 
 
 def test_config_from_widgets_carries_every_knob(preview):
-    set_knobs(preview, batch_per_worker=32, base_lr=0.1, base_batch=128, lr_scaling="sqrt",
-              warmup_epochs=0.5, lr_schedule="cosine", optimizer="lars", lars_eta=0.002,
-              precision="mixed_bfloat16", epochs=3.0, num_samples=8000, model="mlp")
+    set_knobs(
+        preview,
+        batch_per_worker=32,
+        base_lr=0.1,
+        base_batch=128,
+        lr_scaling="sqrt",
+        warmup_epochs=0.5,
+        lr_schedule="cosine",
+        optimizer="lars",
+        lars_eta=0.002,
+        precision="mixed_bfloat16",
+        epochs=3.0,
+        num_samples=8000,
+        model="mlp",
+    )
     assert preview.config_from_widgets() == SMALL.replace(
-        batch_per_worker=32, base_lr=0.1, base_batch=128, lr_scaling="sqrt", warmup_epochs=0.5,
-        lr_schedule="cosine", optimizer="lars", lars_eta=0.002, precision="mixed_bfloat16",
-        epochs=3.0, num_samples=8000, model="mlp")
+        batch_per_worker=32,
+        base_lr=0.1,
+        base_batch=128,
+        lr_scaling="sqrt",
+        warmup_epochs=0.5,
+        lr_schedule="cosine",
+        optimizer="lars",
+        lars_eta=0.002,
+        precision="mixed_bfloat16",
+        epochs=3.0,
+        num_samples=8000,
+        model="mlp",
+    )
 
 
-@pytest.mark.parametrize("changes, workers", [
-    ({}, 2),
-    ({"batch_per_worker": 32}, 2),
-    ({"batch_per_worker": 32}, 4),
-    ({"batch_per_worker": 256, "lr_scaling": "sqrt"}, 8),
-    ({"lr_scaling": "none", "warmup_epochs": 0.0}, 3),
-])
+@pytest.mark.parametrize(
+    "changes, workers",
+    [
+        ({}, 2),
+        ({"batch_per_worker": 32}, 2),
+        ({"batch_per_worker": 32}, 4),
+        ({"batch_per_worker": 256, "lr_scaling": "sqrt"}, 8),
+        ({"lr_scaling": "none", "warmup_epochs": 0.0}, 3),
+    ],
+)
 def test_derived_numbers_follow_the_knobs_and_equal_runconfig_derived(preview, changes, workers):
     before = dict(preview.derived)
     set_knobs(preview, workers=workers, **changes)
@@ -70,19 +96,24 @@ def test_lr_rule_changes_the_scaled_peak_lr(preview):
     for rule in ("none", "linear", "sqrt"):
         preview.widgets["lr_scaling"].value = rule
         peaks[rule] = preview.derived["peak_lr"]
-        assert peaks[rule] == SMALL.replace(batch_per_worker=64, base_batch=64, base_lr=0.05,
-                                            lr_scaling=rule).peak_lr(4)
+        assert peaks[rule] == SMALL.replace(
+            batch_per_worker=64, base_batch=64, base_lr=0.05, lr_scaling=rule
+        ).peak_lr(4)
     assert peaks["none"] < peaks["sqrt"] < peaks["linear"]
 
 
 # -- invalid combinations ----------------------------------------------------------------------
 
-@pytest.mark.parametrize("changes", [
-    {"batch_per_worker": 5000},          # larger than the 3200 training samples
-    {"base_lr": 0.0},
-    {"epochs": 0.0},
-    {"num_samples": 50},
-])
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"batch_per_worker": 5000},  # larger than the 3200 training samples
+        {"base_lr": 0.0},
+        {"epochs": 0.0},
+        {"num_samples": 50},
+    ],
+)
 def test_invalid_combination_shows_the_configerror_sentence_and_disables_run(preview, changes):
     field = next(iter(changes))
     with pytest.raises(ConfigError) as expected:
@@ -91,12 +122,12 @@ def test_invalid_combination_shows_the_configerror_sentence_and_disables_run(pre
     assert preview.config_error == str(expected.value)
     assert str(expected.value) in preview.status
     assert f"RunConfig.{field}" in preview.status and "Traceback" not in preview.status
-    assert "#b00020" in preview.widgets["status"].value          # shown in red
+    assert "#b00020" in preview.widgets["status"].value  # shown in red
     assert preview.widgets["run"].disabled
     assert preview.derived is None and "—" in preview.widgets["derived"].value
     with pytest.raises(ConfigError):
         preview.config_from_widgets()
-    set_knobs(preview, **{field: getattr(SMALL, field)})          # fixing it clears the sentence
+    set_knobs(preview, **{field: getattr(SMALL, field)})  # fixing it clears the sentence
     assert preview.config_error is None and "RunConfig." not in preview.status
     assert preview.derived == SMALL.derived(2)
 
@@ -107,10 +138,10 @@ def test_model_choices_follow_the_dataset(preview):
     w["dataset"].value = "cifar10"
     assert "cnn1d" not in w["model"].options and w["model"].value == "resnet20"
     assert w["num_samples"].disabled and "data/" in w["samples_hint"].value
-    assert preview.config_error is None                            # never an invalid pair
+    assert preview.config_error is None  # never an invalid pair
     w["model"].value = "mlp"
     w["dataset"].value = "mnist1d"
-    assert w["model"].value == "mlp"                               # still valid: kept
+    assert w["model"].value == "mlp"  # still valid: kept
     assert not w["num_samples"].disabled and w["samples_hint"].value == ""
     w["dataset"].value = "synthetic"
     w["model"].value = "resnet50"
@@ -135,7 +166,7 @@ def test_precision_hint_explains_gpus_and_bfloat16(preview):
 def test_preview_cannot_run_and_says_how_to_start_a_lab(preview):
     assert preview.widgets["run"].disabled and preview.widgets["stop"].disabled
     assert "hpclab.Lab(workers=2)" in preview.status
-    preview.widgets["run"].click()                                 # nothing happens, no error
+    preview.widgets["run"].click()  # nothing happens, no error
     assert preview.run is None and preview.runs == []
 
 
@@ -180,7 +211,7 @@ def test_run_and_stop_buttons_drive_a_real_run(lab, capsys):
     assert panel.status == "ready"
     assert not w["run"].disabled and w["stop"].disabled
 
-    w["batch_per_worker"].value = 5000                             # invalid: Run disabled
+    w["batch_per_worker"].value = 5000  # invalid: Run disabled
     assert w["run"].disabled and "RunConfig.batch_per_worker" in panel.status
     w["batch_per_worker"].value = 16
     assert not w["run"].disabled
@@ -200,7 +231,7 @@ def test_run_and_stop_buttons_drive_a_real_run(lab, capsys):
 
     t0 = time.monotonic()
     w["stop"].click()
-    assert w["stop"].disabled                                      # one stop request
+    assert w["stop"].disabled  # one stop request
     wait_for(lambda: run.done, 15, "the run to stop")
     assert run.status == "stopped", run.error
     wait_for(lambda: panel.status.startswith("stopped at step"), 5, "the stopped status")
@@ -217,7 +248,7 @@ def test_run_and_stop_buttons_drive_a_real_run(lab, capsys):
     assert second.status == "finished", second.error
     wait_for(lambda: panel.status.startswith("finished: val accuracy"), 5, "the finished status")
     assert not w["run"].disabled and w["stop"].disabled
-    assert "callback failed" not in capsys.readouterr().out       # the panel and dashboard kept up
+    assert "callback failed" not in capsys.readouterr().out  # the panel and dashboard kept up
 
 
 @pytest.mark.mpi
@@ -229,7 +260,7 @@ def test_changing_workers_restarts_the_engines_on_run(lab):
         panel.widgets["workers"].value = 1
         assert "Run restarts" in panel.widgets["workers_note"].value
         assert panel.derived == panel.config_from_widgets().derived(1)
-        panel.widgets["run"].click()                               # restarts, then starts
+        panel.widgets["run"].click()  # restarts, then starts
         assert lab.workers == 1 and panel.run.workers == 1
         assert any("restarting the engines with 1 worker " in s for s in seen)
         assert panel.widgets["workers_note"].value == ""

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from hpclab import data
 from hpclab.config import RunConfig
+from hpclab.rank import data
 
 
 def _cfg(**kw):
@@ -85,8 +85,10 @@ def test_concurrent_loaders_share_one_cache(tmp_path):
     for r in results:
         np.testing.assert_array_equal(r.x_train, alone.x_train)
         np.testing.assert_array_equal(r.y_val, alone.y_val)
-    assert sorted(p for p in os.listdir(tmp_path) if not p.endswith(".lock")) == \
-        ["alone", "mnist1d-n400-s2.npz"]
+    assert sorted(p for p in os.listdir(tmp_path) if not p.endswith(".lock")) == [
+        "alone",
+        "mnist1d-n400-s2.npz",
+    ]
 
 
 def test_staged_file_absent_names_path_and_how_to_stage(tmp_path):
@@ -99,11 +101,13 @@ def test_staged_file_absent_names_path_and_how_to_stage(tmp_path):
 
 def test_staged_mnist_like_file_loads(tmp_path):
     rng = np.random.default_rng(0)
-    np.savez(tmp_path / "fashion_mnist.npz",
-             x_train=rng.integers(0, 256, (12, 28, 28), dtype=np.uint8),
-             y_train=rng.integers(0, 10, 12, dtype=np.uint8),
-             x_test=rng.integers(0, 256, (5, 28, 28), dtype=np.uint8),
-             y_test=rng.integers(0, 10, 5, dtype=np.uint8))
+    np.savez(
+        tmp_path / "fashion_mnist.npz",
+        x_train=rng.integers(0, 256, (12, 28, 28), dtype=np.uint8),
+        y_train=rng.integers(0, 10, 12, dtype=np.uint8),
+        x_test=rng.integers(0, 256, (5, 28, 28), dtype=np.uint8),
+        y_test=rng.integers(0, 10, 5, dtype=np.uint8),
+    )
     a = data.load_arrays(_cfg(dataset="fashion_mnist", model="mlp"), tmp_path)
     assert a.x_train.shape == (12, 28, 28, 1) and a.x_val.shape == (5, 28, 28, 1)
     assert a.x_train.dtype == np.float32 and 0.0 <= a.x_train.min() and a.x_train.max() <= 1.0
@@ -112,16 +116,21 @@ def test_staged_mnist_like_file_loads(tmp_path):
 
 
 def test_staged_cifar_labels_are_flattened(tmp_path):
-    np.savez(tmp_path / "cifar10.npz", x_train=np.zeros((4, 32, 32, 3), np.uint8),
-             y_train=np.arange(4, dtype=np.uint8).reshape(4, 1),
-             x_test=np.zeros((2, 32, 32, 3), np.uint8), y_test=np.zeros((2, 1), np.uint8))
+    np.savez(
+        tmp_path / "cifar10.npz",
+        x_train=np.zeros((4, 32, 32, 3), np.uint8),
+        y_train=np.arange(4, dtype=np.uint8).reshape(4, 1),
+        x_test=np.zeros((2, 32, 32, 3), np.uint8),
+        y_test=np.zeros((2, 1), np.uint8),
+    )
     a = data.load_arrays(_cfg(dataset="cifar10", model="resnet20"), tmp_path)
     assert a.x_train.shape == (4, 32, 32, 3) and a.y_train.tolist() == [0, 1, 2, 3]
 
 
 def test_synthetic_has_no_arrays_only_shape():
-    a = data.load_arrays(_cfg(dataset="synthetic", model="resnet20", image_shape=(16, 16, 3)),
-                         "/nonexistent")
+    a = data.load_arrays(
+        _cfg(dataset="synthetic", model="resnet20", image_shape=(16, 16, 3)), "/nonexistent"
+    )
     assert a.x_train is None and a.x_val is None
     assert a.input_shape == (16, 16, 3) and a.num_classes == 10
 
@@ -144,18 +153,19 @@ def _collect(ds):
 
 
 def test_train_dataset_groups_and_epochs():
-    n, batch, steps, k = 130, 8, 13, 5   # 13 = 5 + 5 + 3 per epoch; 130 // 8 = 16 possible
+    n, batch, steps, k = 130, 8, 13, 5  # 13 = 5 + 5 + 3 per epoch; 130 // 8 = 16 possible
     x = np.arange(n, dtype=np.float32)[:, None].repeat(3, axis=1)
     y = np.arange(n, dtype=np.int32)
-    ds = data.train_dataset(x, y, batch=batch, steps_per_epoch=steps, steps_per_call=k,
-                            epochs=2.5, seed=0, rank=0)
+    ds = data.train_dataset(
+        x, y, batch=batch, steps_per_epoch=steps, steps_per_call=k, epochs=2.5, seed=0, rank=0
+    )
     groups = _collect(ds)
-    assert [g[0].shape[0] for g in groups] == [5, 5, 3] * 3      # ceil(2.5) = 3 epochs
+    assert [g[0].shape[0] for g in groups] == [5, 5, 3] * 3  # ceil(2.5) = 3 epochs
     assert all(g[0].shape[1:] == (batch, 3) and g[1].shape[1:] == (batch,) for g in groups)
-    epochs = [np.concatenate([g[1].reshape(-1) for g in groups[i:i + 3]]) for i in (0, 3, 6)]
+    epochs = [np.concatenate([g[1].reshape(-1) for g in groups[i : i + 3]]) for i in (0, 3, 6)]
     for labels in epochs:
         assert len(labels) == steps * batch and len(set(labels.tolist())) == steps * batch
-    assert not np.array_equal(epochs[0], epochs[1])              # reshuffled each epoch
+    assert not np.array_equal(epochs[0], epochs[1])  # reshuffled each epoch
     for xs, ys in groups:
         np.testing.assert_array_equal(xs[..., 0], ys.astype(np.float32))  # x, y stay paired
 
@@ -163,8 +173,14 @@ def test_train_dataset_groups_and_epochs():
 def test_train_dataset_is_seeded_and_differs_per_rank():
     x = np.arange(64, dtype=np.float32)[:, None]
     y = np.arange(64, dtype=np.int32)
-    make = lambda seed, rank: _collect(data.train_dataset(  # noqa: E731
-        x, y, batch=4, steps_per_epoch=16, steps_per_call=16, epochs=1, seed=seed, rank=rank))
+
+    def make(seed, rank):
+        return _collect(
+            data.train_dataset(
+                x, y, batch=4, steps_per_epoch=16, steps_per_call=16, epochs=1, seed=seed, rank=rank
+            )
+        )
+
     np.testing.assert_array_equal(make(0, 0)[0][1], make(0, 0)[0][1])
     assert not np.array_equal(make(0, 0)[0][1], make(0, 1)[0][1])
     assert not np.array_equal(make(0, 0)[0][1], make(1, 0)[0][1])
@@ -173,15 +189,26 @@ def test_train_dataset_is_seeded_and_differs_per_rank():
 def test_train_dataset_refuses_too_few_samples():
     x = np.zeros((10, 2), np.float32)
     with pytest.raises(ValueError, match="fewer than steps_per_epoch"):
-        data.train_dataset(x, np.zeros(10, np.int32), batch=4, steps_per_epoch=3,
-                           steps_per_call=2, epochs=1, seed=0, rank=0)
+        data.train_dataset(
+            x,
+            np.zeros(10, np.int32),
+            batch=4,
+            steps_per_epoch=3,
+            steps_per_call=2,
+            epochs=1,
+            seed=0,
+            rank=0,
+        )
 
 
 def test_train_dataset_feeds_a_multi_step_tf_function():
     x = np.random.rand(64, 40).astype(np.float32)
     y = np.zeros(64, np.int32)
-    it = iter(data.train_dataset(x, y, batch=8, steps_per_epoch=8, steps_per_call=4,
-                                 epochs=1, seed=0, rank=0))
+    it = iter(
+        data.train_dataset(
+            x, y, batch=8, steps_per_epoch=8, steps_per_call=4, epochs=1, seed=0, rank=0
+        )
+    )
 
     @tf.function
     def call(iterator):
@@ -192,8 +219,9 @@ def test_train_dataset_feeds_a_multi_step_tf_function():
 
 
 def test_synthetic_train_dataset_structure():
-    ds = data.synthetic_train_dataset((8, 8, 3), batch=4, steps_per_epoch=5, steps_per_call=2,
-                                      epochs=2, seed=0)
+    ds = data.synthetic_train_dataset(
+        (8, 8, 3), batch=4, steps_per_epoch=5, steps_per_call=2, epochs=2, seed=0
+    )
     groups = _collect(ds)
     assert [g[0].shape for g in groups] == [(2, 4, 8, 8, 3), (2, 4, 8, 8, 3), (1, 4, 8, 8, 3)] * 2
     assert groups[0][0].dtype == np.float32 and groups[0][1].dtype == np.int32

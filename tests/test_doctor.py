@@ -8,12 +8,17 @@ import sys
 
 import pytest
 
-from hpclab import cli
+from hpclab.tools import cli
 
 
 def run_doctor(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "hpclab.cli", "doctor", *args], capture_output=True,
-                          text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [sys.executable, "-m", "hpclab.tools.cli", "doctor", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 @pytest.mark.mpi
@@ -45,7 +50,10 @@ def test_engines_that_cannot_register_in_time_give_one_sentence():
 def test_bad_timeout_is_one_sentence_without_importing_tensorflow():
     result = run_doctor("--timeout", "0", timeout=60)
     assert result.returncode == 1
-    assert result.stderr.strip() == "hpclab doctor: --timeout must be between 1 and 3600 seconds; you passed 0."
+    assert (
+        result.stderr.strip()
+        == "hpclab doctor: --timeout must be between 1 and 3600 seconds; you passed 0."
+    )
 
 
 def test_cli_without_a_command_prints_help(capsys):

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from hpclab import RunConfig, RunFailed, load_run
-from hpclab.cluster import LabError
+from hpclab.lab import LabError
 
 pytestmark = [pytest.mark.mpi, pytest.mark.slow]
 
@@ -25,9 +25,19 @@ def _wait_for_rows(run, timeout=120):
 
 
 def test_default_run_learns_and_ranks_agree(lab):
-    cfg = RunConfig(dataset="mnist1d", model="cnn1d", batch_per_worker=64, epochs=6,
-                    optimizer="momentum", base_lr=0.05, base_batch=64, lr_scaling="linear",
-                    warmup_epochs=1, precision="float32", seed=0)
+    cfg = RunConfig(
+        dataset="mnist1d",
+        model="cnn1d",
+        batch_per_worker=64,
+        epochs=6,
+        optimizer="momentum",
+        base_lr=0.05,
+        base_batch=64,
+        lr_scaling="linear",
+        warmup_epochs=1,
+        precision="float32",
+        seed=0,
+    )
     run = lab.run(cfg)
     assert not run.done, "lab.run must return while the run trains"
     saw_rows_while_running = _wait_for_rows(run) and not run.done
@@ -60,15 +70,18 @@ def test_default_run_learns_and_ranks_agree(lab):
     assert rec.config == cfg.to_dict() and rec.workers == 2
 
 
-@pytest.mark.parametrize("rule,expected", [("none", 0.05), ("sqrt", 0.05 * math.sqrt(4)),
-                                           ("linear", 0.05 * 4)])
+@pytest.mark.parametrize(
+    "rule,expected", [("none", 0.05), ("sqrt", 0.05 * math.sqrt(4)), ("linear", 0.05 * 4)]
+)
 def test_scaled_lr_is_what_the_ranks_use(lab, rule, expected):
-    cfg = RunConfig(batch_per_worker=64, base_batch=32, base_lr=0.05, lr_scaling=rule,
-                    warmup_epochs=0, **SMALL)
+    cfg = RunConfig(
+        batch_per_worker=64, base_batch=32, base_lr=0.05, lr_scaling=rule, warmup_epochs=0, **SMALL
+    )
     summary = lab.run(cfg).wait(timeout=300)
     assert summary["lr"] == pytest.approx(expected)
-    assert load_run(summary and lab.current_run.path).history["lr"].iloc[-1] == \
-        pytest.approx(expected, rel=1e-6)
+    assert load_run(summary and lab.current_run.path).history["lr"].iloc[-1] == pytest.approx(
+        expected, rel=1e-6
+    )
 
 
 def test_mixed_bfloat16_trains_on_cpu(lab):
@@ -126,8 +139,15 @@ def test_stop_ends_every_rank_within_two_seconds(lab):
 
 
 def test_nan_loss_ends_the_run_as_diverged(lab):
-    cfg = RunConfig(optimizer="sgd", base_lr=100.0, base_batch=1, lr_scaling="linear", warmup_epochs=0,
-                    num_samples=4000, epochs=20)
+    cfg = RunConfig(
+        optimizer="sgd",
+        base_lr=100.0,
+        base_batch=1,
+        lr_scaling="linear",
+        warmup_epochs=0,
+        num_samples=4000,
+        epochs=20,
+    )
     run = lab.run(cfg)
     with pytest.raises(RunFailed, match="NaN or infinite"):
         run.wait(timeout=300)

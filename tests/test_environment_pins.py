@@ -101,7 +101,9 @@ def test_tensorflow_numpy_protobuf_pins_are_the_allowed_ones():
     env_pins = {**conda, **pip}
 
     tf_locked = [pins[n] for n in TF_NAMES if n in pins]
-    assert tf_locked == [TF_VERSION], f"lock.txt must pin one TensorFlow {TF_VERSION}, it has {tf_locked}"
+    assert tf_locked == [TF_VERSION], (
+        f"lock.txt must pin one TensorFlow {TF_VERSION}, it has {tf_locked}"
+    )
     assert pins["keras"].startswith("2.15."), "TensorFlow 2.15 pairs with Keras 2.15 (no Keras 3)"
     assert Version(pins["numpy"]) < Version("2"), "TensorFlow 2.15 fails to import with numpy 2"
     assert Version("3.20.3") <= Version(pins["protobuf"]) < Version("5"), "TF 2.15 needs protobuf<5"
@@ -109,7 +111,9 @@ def test_tensorflow_numpy_protobuf_pins_are_the_allowed_ones():
     tf_env = {n: env_pins[n] for n in TF_NAMES if n in env_pins}
     assert tf_env, "environment.yml installs no TensorFlow"
     for name, spec in tf_env.items():
-        assert spec in (f"=={TF_VERSION}", f"={TF_VERSION}"), f"environment.yml pins {name}{spec}, expected {TF_VERSION}"
+        assert spec in (f"=={TF_VERSION}", f"={TF_VERSION}"), (
+            f"environment.yml pins {name}{spec}, expected {TF_VERSION}"
+        )
     assert env_pins.get("numpy") in (f"={pins['numpy']}", f"=={pins['numpy']}"), (
         f"environment.yml must pin numpy to the lock's {pins['numpy']}, it has {env_pins.get('numpy')!r}"
     )
@@ -129,7 +133,9 @@ def test_environment_yml_agrees_with_lock():
             assert satisfies(pins[name], spec), (
                 f"environment.yml ({source}) pins {name}{spec} but lock.txt has {name}=={pins[name]}"
             )
-    assert shared >= 15, f"only {shared} packages appear in both files; is environment.yml parsed right?"
+    assert shared >= 15, (
+        f"only {shared} packages appear in both files; is environment.yml parsed right?"
+    )
 
 
 def test_python_is_311_everywhere():

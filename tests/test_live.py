@@ -18,14 +18,21 @@ import pandas as pd
 import pytest
 
 from hpclab.config import RunConfig
-from hpclab.live import IDEAL_NOTE, Dashboard, ema, figure, trace_specs
 from hpclab.runs import RunStore, load_run
+from hpclab.views.live import IDEAL_NOTE, Dashboard, ema, figure, trace_specs
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def history_rows(cfg: RunConfig, workers: int, n: int, *, rank_base: float = 9000.0,
-                 seed: int = 0, dt: float = 0.25) -> list[dict]:
+def history_rows(
+    cfg: RunConfig,
+    workers: int,
+    n: int,
+    *,
+    rank_base: float = 9000.0,
+    seed: int = 0,
+    dt: float = 0.25,
+) -> list[dict]:
     """Telemetry rows shaped like the engine's (docs/architecture.md, "History row")."""
     rng = np.random.default_rng(seed)
     gb, spe = cfg.global_batch(workers), cfg.steps_per_epoch(workers)
@@ -34,28 +41,56 @@ def history_rows(cfg: RunConfig, workers: int, n: int, *, rank_base: float = 900
     for i in range(1, n + 1):
         step = max(1, i * total // n)
         ranks = [float(rank_base * (1 + 0.03 * rng.standard_normal())) for _ in range(workers)]
-        rows.append({
-            "step": step, "epoch": step / spe, "samples": step * gb, "time_s": dt * i,
-            "loss": 2.3 * math.exp(-i / 12) + 0.15 + 0.02 * rng.standard_normal(),
-            "accuracy": 0.95 - 0.85 * math.exp(-i / 10),
-            "lr": cfg.lr_at(step, workers), "samples_per_sec": sum(ranks),
-            "rank_samples_per_sec": ranks, "input_ms": 0.4, "compute_ms": 6.0,
-            "grad_norm_small_sq": 2.0, "grad_norm_big_sq": 1.2,
-            "noise_scale": float("nan") if workers == 1 else 80.0 + 4 * i,
-        })
+        rows.append(
+            {
+                "step": step,
+                "epoch": step / spe,
+                "samples": step * gb,
+                "time_s": dt * i,
+                "loss": 2.3 * math.exp(-i / 12) + 0.15 + 0.02 * rng.standard_normal(),
+                "accuracy": 0.95 - 0.85 * math.exp(-i / 10),
+                "lr": cfg.lr_at(step, workers),
+                "samples_per_sec": sum(ranks),
+                "rank_samples_per_sec": ranks,
+                "input_ms": 0.4,
+                "compute_ms": 6.0,
+                "grad_norm_small_sq": 2.0,
+                "grad_norm_big_sq": 1.2,
+                "noise_scale": float("nan") if workers == 1 else 80.0 + 4 * i,
+            }
+        )
     return rows
 
 
 def epoch_rows(cfg: RunConfig, workers: int, accs: list[float], dt: float = 3.0) -> list[dict]:
     spe = cfg.steps_per_epoch(workers)
-    return [{"epoch": k, "step": k * spe, "time_s": dt * k, "loss": 1.0 / k, "accuracy": a,
-             "val_loss": 1.1 / k, "val_accuracy": a - 0.01, "lr": cfg.peak_lr(workers),
-             "samples_per_sec": 17000.0} for k, a in enumerate(accs, start=1)]
+    return [
+        {
+            "epoch": k,
+            "step": k * spe,
+            "time_s": dt * k,
+            "loss": 1.0 / k,
+            "accuracy": a,
+            "val_loss": 1.1 / k,
+            "val_accuracy": a - 0.01,
+            "lr": cfg.peak_lr(workers),
+            "samples_per_sec": 17000.0,
+        }
+        for k, a in enumerate(accs, start=1)
+    ]
 
 
-def write_run(root: Path, *, workers: int = 2, name: str = "", rows: int = 30,
-              accs=(0.6, 0.8, 0.9), rank_base: float = 9000.0, finished: bool = True,
-              batch_per_worker: int = 64) -> Path:
+def write_run(
+    root: Path,
+    *,
+    workers: int = 2,
+    name: str = "",
+    rows: int = 30,
+    accs=(0.6, 0.8, 0.9),
+    rank_base: float = 9000.0,
+    finished: bool = True,
+    batch_per_worker: int = 64,
+) -> Path:
     cfg = RunConfig(name=name, epochs=len(accs), batch_per_worker=batch_per_worker)
     store = RunStore(root)
     store.create({"config": cfg.to_dict(), "workers": workers, "derived": cfg.derived(workers)})
@@ -63,11 +98,19 @@ def write_run(root: Path, *, workers: int = 2, name: str = "", rows: int = 30,
     store.append_history(hist)
     store.append_epochs(epoch_rows(cfg, workers, list(accs)))
     if finished:
-        store.write_summary({"run_id": store.run_id, "status": "finished",
-                             "val_accuracy": accs[-1] - 0.01, "world_size": workers,
-                             "global_batch": cfg.global_batch(workers),
-                             "samples_per_sec": workers * rank_base, "samples_per_sec_ci95": 300.0,
-                             "wall_time_s": 20.0, "versions": {"tensorflow": "2.15.1"}})
+        store.write_summary(
+            {
+                "run_id": store.run_id,
+                "status": "finished",
+                "val_accuracy": accs[-1] - 0.01,
+                "world_size": workers,
+                "global_batch": cfg.global_batch(workers),
+                "samples_per_sec": workers * rank_base,
+                "samples_per_sec_ci95": 300.0,
+                "wall_time_s": 20.0,
+                "versions": {"tensorflow": "2.15.1"},
+            }
+        )
     return store.path
 
 
@@ -86,8 +129,9 @@ def test_two_ranks_give_two_rank_traces_global_and_ideal(tmp_path):
     assert [n for n in names if n.startswith("rank ")] == ["rank 0", "rank 1"]
     assert "global" in names
     for r in (0, 1):
-        np.testing.assert_allclose(dash.trace(f"thr/rank{r}").y,
-                                   [row["rank_samples_per_sec"][r] for row in raw])
+        np.testing.assert_allclose(
+            dash.trace(f"thr/rank{r}").y, [row["rank_samples_per_sec"][r] for row in raw]
+        )
     np.testing.assert_allclose(dash.trace("thr/global").y, [row["samples_per_sec"] for row in raw])
     np.testing.assert_array_equal(dash.trace("thr/global").x, [row["step"] for row in raw])
     ideal = dash.trace("thr/ideal")
@@ -129,7 +173,7 @@ def test_x_axis_switch_changes_x_data_and_titles(tmp_path):
     np.testing.assert_array_equal(dash.trace("thr/global").x, [r["samples"] for r in raw])
     assert dash.fig.layout.xaxis.title.text == "samples seen"
     # epoch rows have no samples column: step × global batch
-    steps = [json.loads(l)["step"] for l in (path / "epochs.jsonl").read_text().splitlines()]
+    steps = [json.loads(ln)["step"] for ln in (path / "epochs.jsonl").read_text().splitlines()]
     np.testing.assert_array_equal(dash.trace("acc/val").x, [s * 128 for s in steps])
     dash.set_x("time_s")
     np.testing.assert_allclose(dash.trace("loss/train").x, [r["time_s"] for r in raw])
@@ -152,8 +196,8 @@ def test_smoothing_changes_y_but_not_length(tmp_path):
     s1 = 0.8 * raw_loss[0] + 0.2 * raw_loss[1]
     s2 = 0.8 * s1 + 0.2 * raw_loss[2]
     np.testing.assert_allclose(after[:3], [raw_loss[0], s1, s2])
-    assert len(dash.trace("thr/rank0").y) == len(raw_loss)           # throughput smoothed too
-    assert len(dash.trace("acc/val").y) == 3                          # epoch markers untouched
+    assert len(dash.trace("thr/rank0").y) == len(raw_loss)  # throughput smoothed too
+    assert len(dash.trace("acc/val").y) == 3  # epoch markers untouched
     dash.set_smoothing(0.0)
     np.testing.assert_allclose(dash.trace("loss/train").y, raw_loss)
 
@@ -187,11 +231,13 @@ def test_overlay_adds_faded_dashed_traces_named_by_label(tmp_path):
     assert all(t.name == "baseline b64 ×2" for t in added)
     assert all(t.line.dash == "dash" and t.opacity < 1 for t in added)
     assert sum(bool(t.showlegend) for t in added) == 1  # one legend entry per earlier run
-    np.testing.assert_allclose(dash.trace("ov0/thr/global").y,
-                               [r["samples_per_sec"] for r in raw_history(old.path)])
+    np.testing.assert_allclose(
+        dash.trace("ov0/thr/global").y, [r["samples_per_sec"] for r in raw_history(old.path)]
+    )
     dash.set_x("samples")  # overlays follow the x-axis switch
-    np.testing.assert_array_equal(dash.trace("ov0/thr/global").x,
-                                  [r["samples"] for r in raw_history(old.path)])
+    np.testing.assert_array_equal(
+        dash.trace("ov0/thr/global").x, [r["samples"] for r in raw_history(old.path)]
+    )
     dash.clear_overlays()
     assert len(dash.fig.data) == n
 
@@ -220,6 +266,7 @@ def test_partial_columns_do_not_crash():
         workers = 3
         config = {"batch_per_worker": 32}
         status = "running"
+
     dash = Dashboard()
     dash.show_run(Partial())
     assert [t.name for t in dash.fig.data][:3] == ["rank 0", "rank 1", "rank 2"]
@@ -271,7 +318,7 @@ def test_trailing_redraw_delivers_rows_that_arrive_during_the_quiet_interval():
     run = FakeRun()
     dash = Dashboard(min_interval_s=0.15, max_wait_s=2.0)
     dash.attach(run)
-    run.publish(5)   # inside the interval: deferred, not dropped
+    run.publish(5)  # inside the interval: deferred, not dropped
     assert len(dash.trace("thr/global").x) == 0
     deadline = time.monotonic() + 2.0
     while len(dash.trace("thr/global").x) != 5 and time.monotonic() < deadline:
@@ -287,8 +334,9 @@ def test_static_figure_shares_the_trace_code(tmp_path):
     a = load_run(write_run(tmp_path, workers=2, name="a"))
     b = load_run(write_run(tmp_path, workers=4, name="b"))
     one = figure([a], x="samples", ideal_single_rank=9000.0)
-    assert [t.name for t in one.data] == [s.props["name"] for s in
-                                          trace_specs(a, x="samples", ideal_single_rank=9000.0)]
+    assert [t.name for t in one.data] == [
+        s.props["name"] for s in trace_specs(a, x="samples", ideal_single_rank=9000.0)
+    ]
     np.testing.assert_allclose(one.data[3].y, [18_000.0, 18_000.0])  # rank0, rank1, global, ideal
     both = figure([a, b])
     assert {t.name for t in both.data} == {"a ×2", "b ×4"}
@@ -297,8 +345,10 @@ def test_static_figure_shares_the_trace_code(tmp_path):
 
 
 def test_modules_import_fast_without_tensorflow_or_widgets():
-    code = ("import sys, time; t = time.time(); import hpclab.live, hpclab.comparison, hpclab.report;"
-            "dt = time.time() - t;"
-            "bad = [m for m in ('tensorflow', 'horovod', 'ipyparallel', 'ipywidgets') if m in sys.modules];"
-            "print(bad, dt); assert not bad, bad; assert dt < 3, dt")
+    code = (
+        "import sys, time; t = time.time(); import hpclab.views.live, hpclab.views.comparison, hpclab.views.report;"
+        "dt = time.time() - t;"
+        "bad = [m for m in ('tensorflow', 'horovod', 'ipyparallel', 'ipywidgets') if m in sys.modules];"
+        "print(bad, dt); assert not bad, bad; assert dt < 3, dt"
+    )
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True)

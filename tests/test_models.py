@@ -5,8 +5,8 @@ import pytest
 import tensorflow as tf
 
 from hpclab.config import RunConfig
-from hpclab.models import build_model
-from hpclab.optimizers import build_optimizer, set_precision
+from hpclab.rank.models import build_model
+from hpclab.rank.optimizers import build_optimizer, set_precision
 
 
 @pytest.fixture(autouse=True)
@@ -19,11 +19,11 @@ def float32_policy():
 def test_cnn1d_is_the_mnist1d_paper_convnet():
     """Greydanus 2020 ConvBase: 3 x Conv1d(25, stride 2, padding 1), 5 x 25 = 125 features."""
     model = build_model("cnn1d", (40,), 10, seed=0)
-    convs = [l for l in model.layers if isinstance(l, tf.keras.layers.Conv1D)]
+    convs = [ln for ln in model.layers if isinstance(ln, tf.keras.layers.Conv1D)]
     assert [c.kernel_size[0] for c in convs] == [5, 3, 3]
     assert [c.strides[0] for c in convs] == [2, 2, 2]
     assert [c.output.shape[1:] for c in convs] == [(19, 25), (10, 25), (5, 25)]  # torch lengths
-    flat = [l for l in model.layers if isinstance(l, tf.keras.layers.Flatten)][0]
+    flat = [ln for ln in model.layers if isinstance(ln, tf.keras.layers.Flatten)][0]
     assert flat.output.shape[-1] == 125
     assert model.count_params() == 5210  # 150 + 1900 + 1900 + 1260, as printed by ConvBase
 
@@ -35,14 +35,23 @@ def test_mlp_matches_mnist1d_mlpbase_size():
 
 def test_resnet20_size():
     model = build_model("resnet20", (32, 32, 3), 10, seed=0)
-    convs = [l for l in model.layers if isinstance(l, tf.keras.layers.Conv2D)]
+    convs = [ln for ln in model.layers if isinstance(ln, tf.keras.layers.Conv2D)]
     assert len(convs) == 19  # 1 + 3 stages x 3 blocks x 2 convs; + the dense = 20 layers
     assert 0.26e6 < model.count_params() < 0.28e6  # He et al. 2016, Table 6: 0.27M
 
 
-@pytest.mark.parametrize("name,shape", [("mlp", (40,)), ("mlp", (28, 28, 1)), ("cnn1d", (40,)),
-                                        ("resnet20", (32, 32, 3)), ("resnet20", (28, 28, 1)),
-                                        ("resnet50", (32, 32, 3)), ("resnet50", (28, 28, 1))])
+@pytest.mark.parametrize(
+    "name,shape",
+    [
+        ("mlp", (40,)),
+        ("mlp", (28, 28, 1)),
+        ("cnn1d", (40,)),
+        ("resnet20", (32, 32, 3)),
+        ("resnet20", (28, 28, 1)),
+        ("resnet50", (32, 32, 3)),
+        ("resnet50", (28, 28, 1)),
+    ],
+)
 def test_every_model_gives_logits(name, shape):
     model = build_model(name, shape, 7, seed=1)
     out = model(np.random.rand(3, *shape).astype(np.float32), training=False)

@@ -12,8 +12,14 @@ import tensorflow as tf
 
 from hpclab import scaling
 from hpclab.config import RunConfig
-from hpclab.optimizers import (DEFAULT_EXCLUDE, LAMB, LARS, TableSchedule, build_optimizer,
-                               set_precision)
+from hpclab.rank.optimizers import (
+    DEFAULT_EXCLUDE,
+    LAMB,
+    LARS,
+    TableSchedule,
+    build_optimizer,
+    set_precision,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -68,15 +74,24 @@ def test_lars_two_steps_match_reference(problem, weight_decay):
     layer = _dense(kernel, bias)
     lr, momentum, eta = 0.5, 0.9, 0.01
     opt = LARS(lr, momentum=momentum, weight_decay=weight_decay, eta=eta)
-    ref = {"kernel": (kernel.astype(np.float64), np.zeros_like(kernel, np.float64)),
-           "bias": (bias.astype(np.float64), np.zeros_like(bias, np.float64))}
+    ref = {
+        "kernel": (kernel.astype(np.float64), np.zeros_like(kernel, np.float64)),
+        "bias": (bias.astype(np.float64), np.zeros_like(bias, np.float64)),
+    }
     for _ in range(2):  # the second step carries the velocity of the first
         gk, gb = _grads(layer, x, y)
         for key, g, excluded in (("kernel", gk, False), ("bias", gb, True)):
             w, v = ref[key]
-            w, v, trust = scaling.lars_update_reference(w, g.numpy(), v, lr=lr, momentum=momentum,
-                                                        weight_decay=weight_decay, eta=eta,
-                                                        excluded=excluded)
+            w, v, trust = scaling.lars_update_reference(
+                w,
+                g.numpy(),
+                v,
+                lr=lr,
+                momentum=momentum,
+                weight_decay=weight_decay,
+                eta=eta,
+                excluded=excluded,
+            )
             ref[key] = (w, v)
             if excluded:
                 assert trust == 1.0
@@ -95,8 +110,15 @@ def test_lars_trust_ratio_reported_matches_reference(problem):
     layer = _dense(kernel, bias)
     opt = LARS(0.1, momentum=0.9, weight_decay=0.001, eta=0.001)
     gk, gb = _grads(layer, x, y)
-    _, _, trust = scaling.lars_update_reference(kernel, gk.numpy(), np.zeros_like(kernel), lr=0.1,
-                                                momentum=0.9, weight_decay=0.001, eta=0.001)
+    _, _, trust = scaling.lars_update_reference(
+        kernel,
+        gk.numpy(),
+        np.zeros_like(kernel),
+        lr=0.1,
+        momentum=0.9,
+        weight_decay=0.001,
+        eta=0.001,
+    )
     opt.apply_gradients([(gk, layer.kernel), (gb, layer.bias)])
     assert opt.last_trust_ratios()[layer.kernel.name] == pytest.approx(trust, rel=1e-5)
 
@@ -126,12 +148,14 @@ def test_lars_with_schedule_and_inside_tf_function(problem):
 
     w0 = kernel.astype(np.float64)
     gk = step().numpy()
-    w1, _, _ = scaling.lars_update_reference(w0, gk, 0 * w0, lr=0.2, momentum=0.0,
-                                             weight_decay=0.0, eta=0.01)
+    w1, _, _ = scaling.lars_update_reference(
+        w0, gk, 0 * w0, lr=0.2, momentum=0.0, weight_decay=0.0, eta=0.01
+    )
     np.testing.assert_allclose(layer.kernel.numpy(), w1, atol=1e-6)
     gk = step().numpy()
-    w2, _, _ = scaling.lars_update_reference(w1, gk, 0 * w0, lr=0.4, momentum=0.0,
-                                             weight_decay=0.0, eta=0.01)
+    w2, _, _ = scaling.lars_update_reference(
+        w1, gk, 0 * w0, lr=0.4, momentum=0.0, weight_decay=0.0, eta=0.01
+    )
     np.testing.assert_allclose(layer.kernel.numpy(), w2, atol=1e-6)
 
 
@@ -140,16 +164,24 @@ def test_lamb_two_steps_match_reference(problem, weight_decay):
     kernel, bias, x, y = problem
     layer = _dense(kernel, bias)
     hp = dict(lr=0.05, beta_1=0.9, beta_2=0.999, epsilon=1e-6, weight_decay=weight_decay)
-    opt = LAMB(hp["lr"], beta_1=hp["beta_1"], beta_2=hp["beta_2"], epsilon=hp["epsilon"],
-               weight_decay=weight_decay)
-    ref = {k: (w.astype(np.float64), np.zeros(w.shape), np.zeros(w.shape))
-           for k, w in (("kernel", kernel), ("bias", bias))}
+    opt = LAMB(
+        hp["lr"],
+        beta_1=hp["beta_1"],
+        beta_2=hp["beta_2"],
+        epsilon=hp["epsilon"],
+        weight_decay=weight_decay,
+    )
+    ref = {
+        k: (w.astype(np.float64), np.zeros(w.shape), np.zeros(w.shape))
+        for k, w in (("kernel", kernel), ("bias", bias))
+    }
     for t in (1, 2):
         gk, gb = _grads(layer, x, y)
         for key, g, excluded in (("kernel", gk, False), ("bias", gb, True)):
             w, m, v = ref[key]
-            w, m, v, trust = scaling.lamb_update_reference(w, g.numpy(), m, v, t=t,
-                                                           excluded=excluded, **hp)
+            w, m, v, trust = scaling.lamb_update_reference(
+                w, g.numpy(), m, v, t=t, excluded=excluded, **hp
+            )
             ref[key] = (w, m, v)
             assert (trust == 1.0) == excluded
         opt.apply_gradients([(gk, layer.kernel), (gb, layer.bias)])
@@ -169,8 +201,10 @@ def test_lamb_zero_weights_use_trust_one(problem):
 
 
 def test_optimizer_configs_round_trip():
-    for opt in (LARS(0.3, momentum=0.8, weight_decay=1e-4, eta=0.002),
-                LAMB(0.01, beta_1=0.8, weight_decay=0.01)):
+    for opt in (
+        LARS(0.3, momentum=0.8, weight_decay=1e-4, eta=0.002),
+        LAMB(0.01, beta_1=0.8, weight_decay=0.01),
+    ):
         clone = type(opt).from_config(opt.get_config())
         assert clone.get_config() == opt.get_config()
         assert clone.weight_decay_rate == opt.weight_decay_rate
@@ -178,16 +212,24 @@ def test_optimizer_configs_round_trip():
 
 
 def test_table_schedule_equals_run_config_lr_at():
-    cfg = RunConfig(num_samples=2000, batch_per_worker=32, base_batch=32, base_lr=0.1,
-                    lr_scaling="linear", warmup_epochs=1.0, epochs=3, lr_schedule="cosine")
+    cfg = RunConfig(
+        num_samples=2000,
+        batch_per_worker=32,
+        base_batch=32,
+        base_lr=0.1,
+        lr_scaling="linear",
+        warmup_epochs=1.0,
+        epochs=3,
+        lr_schedule="cosine",
+    )
     workers = 2
     sched = TableSchedule.for_run(cfg.to_dict(), workers)
     total, warm = cfg.total_steps(workers), cfg.warmup_steps(workers)
     assert warm == 25 and total == 75
     for step in (0, 1, 7, warm - 1, warm, warm + 1, 50, total - 1):
         assert float(sched(step)) == pytest.approx(cfg.lr_at(step, workers), rel=1e-6, abs=1e-7)
-    assert float(sched(0)) == pytest.approx(0.1)                  # warm-up starts at base_lr
-    assert float(sched(total + 100)) == float(sched(total - 1))   # clamped past the end
+    assert float(sched(0)) == pytest.approx(0.1)  # warm-up starts at base_lr
+    assert float(sched(total + 100)) == float(sched(total - 1))  # clamped past the end
     assert float(sched(tf.constant(3, tf.int64))) == pytest.approx(cfg.lr_at(3, workers))
 
 
@@ -208,13 +250,20 @@ def _cfg(**kw):
     return RunConfig(**kw).to_dict()
 
 
-@pytest.mark.parametrize("name,cls", [("sgd", tf.keras.optimizers.SGD),
-                                      ("momentum", tf.keras.optimizers.SGD),
-                                      ("lars", LARS), ("lamb", LAMB),
-                                      ("adam", tf.keras.optimizers.Adam)])
+@pytest.mark.parametrize(
+    "name,cls",
+    [
+        ("sgd", tf.keras.optimizers.SGD),
+        ("momentum", tf.keras.optimizers.SGD),
+        ("lars", LARS),
+        ("lamb", LAMB),
+        ("adam", tf.keras.optimizers.Adam),
+    ],
+)
 def test_build_optimizer_each_name(name, cls):
-    opt = build_optimizer(_cfg(optimizer=name, momentum=0.8, weight_decay=1e-4, lars_eta=0.002),
-                          0.05)
+    opt = build_optimizer(
+        _cfg(optimizer=name, momentum=0.8, weight_decay=1e-4, lars_eta=0.002), 0.05
+    )
     assert isinstance(opt, cls)
     assert float(opt.learning_rate) == pytest.approx(0.05)
     if name == "sgd":
@@ -238,7 +287,7 @@ def test_build_optimizer_keras_weight_decay_skips_bias():
     zeros = [tf.zeros_like(layer.kernel), tf.zeros_like(layer.bias)]
     opt.apply_gradients(zip(zeros, [layer.kernel, layer.bias]))
     np.testing.assert_allclose(layer.kernel.numpy(), 1 - 0.5 * 0.1)  # decoupled: lr * wd * w
-    np.testing.assert_allclose(layer.bias.numpy(), 1.0)              # bias excluded
+    np.testing.assert_allclose(layer.bias.numpy(), 1.0)  # bias excluded
     assert build_optimizer(_cfg(optimizer="momentum"), 0.5).weight_decay is None
 
 
@@ -248,8 +297,10 @@ def test_build_optimizer_mixed_float16_wraps_loss_scaling():
     assert opt.dynamic
     assert isinstance(opt.inner_optimizer, LARS)
     for precision in ("float32", "mixed_bfloat16"):
-        assert not isinstance(build_optimizer(_cfg(precision=precision), 0.1),
-                              tf.keras.mixed_precision.LossScaleOptimizer)
+        assert not isinstance(
+            build_optimizer(_cfg(precision=precision), 0.1),
+            tf.keras.mixed_precision.LossScaleOptimizer,
+        )
 
 
 def test_build_optimizer_rejects_unknown_name():
@@ -272,9 +323,9 @@ def test_lamb_reference_first_step_is_sign_like():
     """Sanity of the NumPy reference itself: step 1 with zero decay moves ||w|| * unit(r)."""
     w = np.array([3.0, 4.0])
     g = np.array([1.0, -2.0])
-    new_w, _, _, trust = scaling.lamb_update_reference(w, g, 0 * w, 0 * w, t=1, lr=0.1,
-                                                       beta_1=0.9, beta_2=0.999, epsilon=0.0,
-                                                       weight_decay=0.0)
+    new_w, _, _, trust = scaling.lamb_update_reference(
+        w, g, 0 * w, 0 * w, t=1, lr=0.1, beta_1=0.9, beta_2=0.999, epsilon=0.0, weight_decay=0.0
+    )
     r = np.sign(g)
     assert trust == pytest.approx(5.0 / math.sqrt(2))
     np.testing.assert_allclose(new_w, w - 0.1 * trust * r)

@@ -9,39 +9,89 @@ import plotly.offline
 import pytest
 
 from hpclab.config import RunConfig
-from hpclab.report import write_report
 from hpclab.runs import RunStore, load_run
+from hpclab.views.report import write_report
 
 
-def write_run(root: Path, *, bpw: int, workers: int, name: str = "", accs=(0.6, 0.8, 0.9),
-              samples_per_sec: float = 10_000.0, versions=None) -> Path:
+def write_run(
+    root: Path,
+    *,
+    bpw: int,
+    workers: int,
+    name: str = "",
+    accs=(0.6, 0.8, 0.9),
+    samples_per_sec: float = 10_000.0,
+    versions=None,
+) -> Path:
     cfg = RunConfig(batch_per_worker=bpw, name=name, epochs=len(accs))
     store = RunStore(root)
     store.create({"config": cfg.to_dict(), "workers": workers, "derived": cfg.derived(workers)})
     gb, spe = cfg.global_batch(workers), cfg.steps_per_epoch(workers)
-    store.append_history([{"step": s, "samples": s * gb, "time_s": 0.01 * s, "loss": 1.0 / s,
-                           "accuracy": 0.5, "lr": cfg.peak_lr(workers),
-                           "samples_per_sec": samples_per_sec,
-                           "rank_samples_per_sec": [samples_per_sec / workers] * workers,
-                           "noise_scale": 150.0 if workers > 1 else None}
-                          for s in range(1, spe * len(accs) + 1, max(1, spe // 4))])
-    store.append_epochs([{"epoch": k, "step": k * spe, "time_s": 0.01 * k * spe,
-                          "val_accuracy": a, "val_loss": 1 - a} for k, a in enumerate(accs, 1)])
-    store.write_summary({"run_id": store.run_id, "status": "finished", "val_accuracy": accs[-1],
-                         "world_size": workers, "global_batch": gb,
-                         "samples_per_sec": samples_per_sec, "wall_time_s": 9.0,
-                         "versions": versions or {"tensorflow": "2.15.1", "horovod": "0.28.1"}})
+    store.append_history(
+        [
+            {
+                "step": s,
+                "samples": s * gb,
+                "time_s": 0.01 * s,
+                "loss": 1.0 / s,
+                "accuracy": 0.5,
+                "lr": cfg.peak_lr(workers),
+                "samples_per_sec": samples_per_sec,
+                "rank_samples_per_sec": [samples_per_sec / workers] * workers,
+                "noise_scale": 150.0 if workers > 1 else None,
+            }
+            for s in range(1, spe * len(accs) + 1, max(1, spe // 4))
+        ]
+    )
+    store.append_epochs(
+        [
+            {
+                "epoch": k,
+                "step": k * spe,
+                "time_s": 0.01 * k * spe,
+                "val_accuracy": a,
+                "val_loss": 1 - a,
+            }
+            for k, a in enumerate(accs, 1)
+        ]
+    )
+    store.write_summary(
+        {
+            "run_id": store.run_id,
+            "status": "finished",
+            "val_accuracy": accs[-1],
+            "world_size": workers,
+            "global_batch": gb,
+            "samples_per_sec": samples_per_sec,
+            "wall_time_s": 9.0,
+            "versions": versions or {"tensorflow": "2.15.1", "horovod": "0.28.1"},
+        }
+    )
     return store.path
 
 
 @pytest.fixture
 def three_runs(tmp_path) -> list[Path]:
     runs = tmp_path / "runs"
-    return [write_run(runs, bpw=64, workers=1, samples_per_sec=10_000.0),
-            write_run(runs, bpw=64, workers=2, name="<b>x</b>", accs=(0.5, 0.7, 0.85),
-                      samples_per_sec=18_000.0),
-            write_run(runs, bpw=64, workers=4, accs=(0.4, 0.6, 0.7), samples_per_sec=30_000.0,
-                      versions={"tensorflow": "2.15.1", "horovod": "0.28.1", "mpich": "4.3.0"})]
+    return [
+        write_run(runs, bpw=64, workers=1, samples_per_sec=10_000.0),
+        write_run(
+            runs,
+            bpw=64,
+            workers=2,
+            name="<b>x</b>",
+            accs=(0.5, 0.7, 0.85),
+            samples_per_sec=18_000.0,
+        ),
+        write_run(
+            runs,
+            bpw=64,
+            workers=4,
+            accs=(0.4, 0.6, 0.7),
+            samples_per_sec=30_000.0,
+            versions={"tensorflow": "2.15.1", "horovod": "0.28.1", "mpich": "4.3.0"},
+        ),
+    ]
 
 
 def test_report_is_self_contained_and_complete(tmp_path, three_runs):
@@ -63,8 +113,13 @@ def test_report_is_self_contained_and_complete(tmp_path, three_runs):
     assert "<h1>Batch sweep</h1>" in page
     assert "2.15.1" in page and "4.3.0" in page and "0.28.1" in page
     # ≥ 2 runs with different worker counts: all sweep sections, and the target is named
-    for heading in ("Comparison", "Runs", "Accuracy vs global batch", "Steps and time to target",
-                    "Scaling efficiency"):
+    for heading in (
+        "Comparison",
+        "Runs",
+        "Accuracy vs global batch",
+        "Steps and time to target",
+        "Scaling efficiency",
+    ):
         assert f"<h2>{heading}</h2>" in page
     assert "validation accuracy ≥ 0.81" in page  # 90 % of the best (0.90), rounded down
 

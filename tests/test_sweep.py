@@ -22,11 +22,17 @@ BASE = RunConfig(num_samples=4000, epochs=1)
 # expand_grid: pure
 # ---------------------------------------------------------------------------------------------
 
+
 def test_product_in_key_order_first_key_slowest():
     points = expand_grid(BASE, batch_per_worker=[32, 256], lr_scaling=["none", "linear", "sqrt"])
     assert [(c.batch_per_worker, c.lr_scaling, w) for c, w in points] == [
-        (32, "none", None), (32, "linear", None), (32, "sqrt", None),
-        (256, "none", None), (256, "linear", None), (256, "sqrt", None)]
+        (32, "none", None),
+        (32, "linear", None),
+        (32, "sqrt", None),
+        (256, "none", None),
+        (256, "linear", None),
+        (256, "sqrt", None),
+    ]
     assert all(c.num_samples == 4000 and c.epochs == 1 for c, _ in points)  # base kept
 
 
@@ -51,16 +57,19 @@ def test_tuple_valued_field_takes_a_list_of_tuples():
     assert [c.image_shape for c, _ in points] == [(32, 32, 3), (16, 16, 1)]
 
 
-@pytest.mark.parametrize("grid, names", [
-    ({"batch_per_worker": [32, 0]}, ["batch_per_worker=0"]),
-    ({"lr_scaling": ["none", "cubic"]}, ["lr_scaling", "cubic"]),
-    ({"batch": [32]}, ["'batch'"]),
-    ({"workers": [2, 0]}, ["workers=0"]),
-    ({"workers": [1.5]}, ["workers=1.5"]),
-    ({"batch_per_worker": 256}, ["batch_per_worker=256", "lists"]),
-    ({"lr_scaling": "linear"}, ["lr_scaling='linear'", "lists"]),
-    ({"optimizer": []}, ["optimizer=[]"]),
-])
+@pytest.mark.parametrize(
+    "grid, names",
+    [
+        ({"batch_per_worker": [32, 0]}, ["batch_per_worker=0"]),
+        ({"lr_scaling": ["none", "cubic"]}, ["lr_scaling", "cubic"]),
+        ({"batch": [32]}, ["'batch'"]),
+        ({"workers": [2, 0]}, ["workers=0"]),
+        ({"workers": [1.5]}, ["workers=1.5"]),
+        ({"batch_per_worker": 256}, ["batch_per_worker=256", "lists"]),
+        ({"lr_scaling": "linear"}, ["lr_scaling='linear'", "lists"]),
+        ({"optimizer": []}, ["optimizer=[]"]),
+    ],
+)
 def test_a_bad_key_or_value_is_named(grid, names):
     with pytest.raises(ConfigError) as err:
         expand_grid(BASE, **grid)
@@ -83,8 +92,9 @@ def test_check_staged_names_the_missing_file(tmp_path):
 
 
 def test_describe_names_swept_fields_the_label_does_not_show():
-    point = plan(BASE, "/nonexistent", current_workers=2, lars_eta=[0.02, 0.1],
-                 batch_per_worker=[256])[0]
+    point = plan(
+        BASE, "/nonexistent", current_workers=2, lars_eta=[0.02, 0.1], batch_per_worker=[256]
+    )[0]
     text = describe(point, ["lars_eta", "batch_per_worker"])
     assert text.startswith("b256 linear+wu1 ×2 lars_eta=0.02 (global batch 512, peak lr 0.4)")
 
@@ -93,6 +103,7 @@ def test_describe_names_swept_fields_the_label_does_not_show():
 # run_sweep with a stand-in lab (records what it is asked; writes records like the real one)
 # ---------------------------------------------------------------------------------------------
 
+
 class _Run:
     def __init__(self, store: RunStore, status: str):
         self.path, self.run_id, self.status = store.path, store.run_id, status
@@ -100,6 +111,7 @@ class _Run:
     def wait(self, timeout=None):
         if self.status in ("failed", "diverged"):
             from hpclab.run import RunFailed
+
             raise RunFailed(f"run {self.run_id} {self.status}")
         return {}
 
@@ -111,7 +123,7 @@ class _Lab:
         self.workers, self.runs_dir, self.data_dir = workers, root, root / "data"
         self.healthy = True
         self.calls: list = []
-        self.outcomes = outcomes or {}   # batch_per_worker -> status
+        self.outcomes = outcomes or {}  # batch_per_worker -> status
 
     def restart(self, workers=None):
         self.calls.append(("restart", workers))
@@ -121,20 +133,36 @@ class _Lab:
         self.calls.append(("run", cfg.batch_per_worker, self.workers))
         status = self.outcomes.get(cfg.batch_per_worker, "finished")
         store = RunStore(self.runs_dir)
-        store.create({"config": cfg.to_dict(), "workers": self.workers,
-                      "derived": cfg.derived(self.workers)})
-        store.write_summary({"status": status, "val_accuracy": 0.5, "wall_time_s": 1.0,
-                             "error": None if status == "finished" else "lr too high"})
+        store.create(
+            {"config": cfg.to_dict(), "workers": self.workers, "derived": cfg.derived(self.workers)}
+        )
+        store.write_summary(
+            {
+                "status": status,
+                "val_accuracy": 0.5,
+                "wall_time_s": 1.0,
+                "error": None if status == "finished" else "lr too high",
+            }
+        )
         return _Run(store, status)
 
 
 def test_runs_current_size_first_and_restarts_once_per_other_size(tmp_path, capsys):
     lab = _Lab(tmp_path, workers=2)
     records = run_sweep(lab, BASE, batch_per_worker=[32, 64], workers=[1, 2])
-    assert lab.calls == [("run", 32, 2), ("run", 64, 2), ("restart", 1), ("run", 32, 1),
-                         ("run", 64, 1)]
+    assert lab.calls == [
+        ("run", 32, 2),
+        ("run", 64, 2),
+        ("restart", 1),
+        ("run", 32, 1),
+        ("run", 64, 1),
+    ]
     assert [(r.config["batch_per_worker"], r.workers, r.status) for r in records] == [
-        (32, 2, "finished"), (64, 2, "finished"), (32, 1, "finished"), (64, 1, "finished")]
+        (32, 2, "finished"),
+        (64, 2, "finished"),
+        (32, 1, "finished"),
+        (64, 1, "finished"),
+    ]
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("[1/4] b32 linear+wu1 ×2 (global batch 64")
     assert " finished val_acc 0.500 (" in lines[0] and lines[0].endswith(" s)")
@@ -148,15 +176,19 @@ def test_a_second_sweep_skips_what_finished_and_starts_nothing(tmp_path):
 
     seen = []
     lab2 = _Lab(tmp_path, workers=1, outcomes={64: "diverged"})
-    records = run_sweep(lab2, BASE, progress=lambda *a: seen.append(a),
-                        batch_per_worker=[32, 64, 128], workers=[2])
+    records = run_sweep(
+        lab2, BASE, progress=lambda *a: seen.append(a), batch_per_worker=[32, 64, 128], workers=[2]
+    )
     # only the point that did not finish runs again (resuming); the lab was at 1 worker, so it
     # restarts once, for that point
     assert lab2.calls == [("restart", 2), ("run", 64, 2)]
     assert [r.status for r in records] == ["finished", "diverged", "finished"]
     assert [(i, n, c.batch_per_worker, w, s) for i, n, c, w, s in seen] == [
-        (1, 3, 32, 2, "skipped"), (2, 3, 64, 2, "running"), (2, 3, 64, 2, "diverged"),
-        (3, 3, 128, 2, "skipped")]
+        (1, 3, 32, 2, "skipped"),
+        (2, 3, 64, 2, "running"),
+        (2, 3, 64, 2, "diverged"),
+        (3, 3, 128, 2, "skipped"),
+    ]
 
 
 def test_a_finished_sweep_needs_no_restart(tmp_path):
@@ -182,7 +214,7 @@ def test_lost_engines_are_restarted_before_the_next_point(tmp_path):
 
     def run_and_lose(cfg):
         run = original_run(cfg)
-        lab.healthy = cfg.batch_per_worker != 32   # this run "killed" the engines
+        lab.healthy = cfg.batch_per_worker != 32  # this run "killed" the engines
         return run
 
     lab.run = run_and_lose

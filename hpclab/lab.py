@@ -2,7 +2,7 @@
 
 Start/stop come in pairs (ipyparallel's own style); `with Lab(...) as lab:` tears everything
 down, and an `atexit` hook stops labs a notebook forgot. TensorFlow and Horovod are imported only
-on the engines (by `hpclab.engine`), never here.
+on the engines (by `hpclab.rank.engine`), never here.
 """
 
 from __future__ import annotations
@@ -10,63 +10,53 @@ from __future__ import annotations
 import atexit
 import logging
 import os
-import shutil
 import signal
-import sys
 import time
 import weakref
 from pathlib import Path
 
 from hpclab import paths
-from hpclab.config import ConfigError, RunConfig
-from hpclab.run import Run, RunFailed
+from hpclab.catalog import MAX_THREADS_PER_WORKER, MAX_WORKERS
+from hpclab.config import RunConfig
+from hpclab.errors import ConfigError, LabError, RunFailed
+from hpclab.launch import find_mpiexec
+from hpclab.run import Run
 from hpclab.runs import RunStore
 
-LAUNCHERS = ("mpi", "slurm")
-MAX_WORKERS = 512
-_LIVE_LABS: "weakref.WeakSet[Lab]" = weakref.WeakSet()
-
-
-class LabError(RuntimeError):
-    """The lab cannot do what was asked; the message says what to do instead."""
-
-
-def find_mpiexec(explicit: str | None = None) -> str:
-    """`mpiexec` of the MPI Horovod was built against.
-
-    Next to `sys.executable` first (the PyPI `mpich` wheel puts it in the venv's bin/, which a
-    Jupyter kernel may not have on PATH), then PATH (a site MPI from `module load`).
-    """
-    if explicit:
-        if not (Path(explicit).exists() or shutil.which(explicit)):
-            raise LabError(f"mpiexec={explicit!r} does not exist; pass the path of your "
-                           "MPI's mpiexec (or srun).")
-        return explicit
-    beside = Path(sys.executable).parent / "mpiexec"
-    if beside.exists():
-        return str(beside)
-    found = shutil.which("mpiexec")
-    if found:
-        return found
-    raise LabError("no mpiexec found next to this Python or on PATH; run `make setup` "
-                   "(installs MPICH into .venv) or load your site's MPI module.")
+LAUNCHERS = ("mpi",)  # engines under mpiexec; Slurm launch modes are planned, not yet offered
+_LIVE_LABS: weakref.WeakSet[Lab] = weakref.WeakSet()
 
 
 def _check_args(workers, launcher, threads_per_worker, start_timeout) -> None:
     if not isinstance(workers, int) or isinstance(workers, bool) or not 1 <= workers <= MAX_WORKERS:
-        raise ConfigError(f"Lab.workers must be an integer from 1 to {MAX_WORKERS}; "
-                          f"you passed workers={workers!r}.")
+        raise ConfigError(
+            f"Lab.workers must be an integer from 1 to {MAX_WORKERS}; "
+            f"you passed workers={workers!r}."
+        )
     if launcher not in LAUNCHERS:
-        raise ConfigError(f"Lab.launcher must be one of {', '.join(map(repr, LAUNCHERS))}; "
-                          f"you passed launcher={launcher!r}.")
-    if (not isinstance(threads_per_worker, int) or isinstance(threads_per_worker, bool)
-            or not 1 <= threads_per_worker <= 256):
-        raise ConfigError("Lab.threads_per_worker must be an integer from 1 to 256; "
-                          f"you passed threads_per_worker={threads_per_worker!r}.")
-    if (isinstance(start_timeout, bool) or not isinstance(start_timeout, (int, float))
-            or not 1 <= start_timeout <= 3600):
-        raise ConfigError("Lab.start_timeout must be a number of seconds from 1 to 3600; "
-                          f"you passed start_timeout={start_timeout!r}.")
+        raise ConfigError(
+            f"Lab.launcher must be one of {', '.join(map(repr, LAUNCHERS))}; "
+            f"you passed launcher={launcher!r}."
+        )
+    if (
+        not isinstance(threads_per_worker, int)
+        or isinstance(threads_per_worker, bool)
+        or not 1 <= threads_per_worker <= MAX_THREADS_PER_WORKER
+    ):
+        raise ConfigError(
+            "Lab.threads_per_worker must be an integer from 1 to "
+            f"{MAX_THREADS_PER_WORKER}; "
+            f"you passed threads_per_worker={threads_per_worker!r}."
+        )
+    if (
+        isinstance(start_timeout, bool)
+        or not isinstance(start_timeout, (int, float))
+        or not 1 <= start_timeout <= 3600
+    ):
+        raise ConfigError(
+            "Lab.start_timeout must be a number of seconds from 1 to 3600; "
+            f"you passed start_timeout={start_timeout!r}."
+        )
 
 
 class Lab:
@@ -77,9 +67,18 @@ class Lab:
     ...     run.wait()
     """
 
-    def __init__(self, workers: int = 2, *, launcher: str = "mpi", threads_per_worker: int = 1,
-                 runs_dir: str | Path | None = None, data_dir: str | Path | None = None,
-                 start_timeout: float = 90, mpiexec: str | None = None, verbose: bool = True):
+    def __init__(
+        self,
+        workers: int = 2,
+        *,
+        launcher: str = "mpi",
+        threads_per_worker: int = 1,
+        runs_dir: str | Path | None = None,
+        data_dir: str | Path | None = None,
+        start_timeout: float = 90,
+        mpiexec: str | None = None,
+        verbose: bool = True,
+    ):
         _check_args(workers, launcher, threads_per_worker, start_timeout)
         self.workers = workers
         self.launcher = launcher
@@ -105,7 +104,8 @@ class Lab:
         """Start the controller and `workers` MPI engines, then Horovod on each."""
         import ipyparallel as ipp
         from traitlets.config import Config
-        from hpclab import engine
+
+        from hpclab.rank import engine
 
         if self._cluster is not None:
             return
@@ -114,29 +114,40 @@ class Lab:
         if self.launcher == "mpi":
             config.MPILauncher.mpi_cmd = [find_mpiexec(self._mpiexec)]
         # Engines inherit this environment: quiet TF, and no hidden thread oversubscription.
-        env = {"TF_CPP_MIN_LOG_LEVEL": "2", "OMP_NUM_THREADS": str(self.threads_per_worker),
-               "PYTHONUNBUFFERED": "1"}
+        env = {
+            "TF_CPP_MIN_LOG_LEVEL": "2",
+            "OMP_NUM_THREADS": str(self.threads_per_worker),
+            "PYTHONUNBUFFERED": "1",
+        }
         config.EngineLauncher.environment = env
         self.runs_dir.mkdir(parents=True, exist_ok=True)
-        cluster = ipp.Cluster(engines=self.launcher, n=self.workers, config=config,
-                              engine_timeout=int(self.start_timeout),
-                              log_level=logging.ERROR)  # our own errors say what to do
+        cluster = ipp.Cluster(
+            engines=self.launcher,
+            n=self.workers,
+            config=config,
+            engine_timeout=int(self.start_timeout),
+            log_level=logging.ERROR,
+        )  # our own errors say what to do
         self._cluster = cluster
         try:
             self.client = cluster.start_and_connect_sync()
         except (TimeoutError, ipp.error.TimeoutError) as exc:
             output = self.launcher_output()
             self.stop()
-            raise LabError(f"{self.workers} MPI engines did not register within "
-                           f"{self.start_timeout:g} s ({exc}); check that `hpclab doctor` passes."
-                           + (f"\nmpiexec said:\n{output[-2000:]}" if output else "")) from None
+            raise LabError(
+                f"{self.workers} MPI engines did not register within "
+                f"{self.start_timeout:g} s ({exc}); check that `hpclab doctor` passes."
+                + (f"\nmpiexec said:\n{output[-2000:]}" if output else "")
+            ) from None
         ids = sorted(self.client.ids)
         try:
             identities = self.client[ids].apply_sync(engine.init_worker, self.threads_per_worker)
         except Exception as exc:  # ipyparallel wraps the engine's error; stop what we started
             self.stop()
-            raise LabError(f"the engines started but could not initialise TensorFlow/Horovod "
-                           f"({exc}); run `hpclab doctor` to see which part is missing.") from exc
+            raise LabError(
+                f"the engines started but could not initialise TensorFlow/Horovod "
+                f"({exc}); run `hpclab doctor` to see which part is missing."
+            ) from exc
         order = sorted(range(len(ids)), key=lambda i: identities[i]["rank"])
         self._engine_ids = [ids[i] for i in order]
         self.ranks = [dict(identities[i], engine_id=ids[i]) for i in order]
@@ -144,8 +155,9 @@ class Lab:
         self._lost = None
         self.startup_s = time.perf_counter() - t0
         if self.verbose:
-            print(f"hpclab: {self.workers} MPI engine(s) with Horovod ready in "
-                  f"{self.startup_s:.1f} s")
+            print(
+                f"hpclab: {self.workers} MPI engine(s) with Horovod ready in {self.startup_s:.1f} s"
+            )
 
     def stop(self) -> None:
         """Stop a running run (if any), the engines and the controller."""
@@ -155,13 +167,13 @@ class Lab:
         if self.client is not None and self._lost is None and self._engine_ids:
             try:  # a clean exit lets Horovod and MPI finalise together (TERM alone takes 5 s)
                 self.client.shutdown(targets=self._engine_ids, block=True)
-            except Exception as exc:  # engines already gone: the cluster stop below cleans up
+            except Exception as exc:  # noqa: BLE001 — engines already gone: the cluster stop below cleans up
                 if self.verbose:
                     print(f"hpclab: engine shutdown reported {exc!r}")
         if self.client is not None:
             try:
                 self.client.close()
-            except Exception:  # closing a client whose engines died can fail; nothing to keep
+            except Exception:  # noqa: BLE001 — closing a client whose engines died can fail; nothing to keep
                 pass
         self.client = self.view = None
         if cluster is not None:
@@ -175,7 +187,7 @@ class Lab:
         self.stop()
         self.start()
 
-    def __enter__(self) -> "Lab":
+    def __enter__(self) -> Lab:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -205,13 +217,15 @@ class Lab:
     # -- runs -------------------------------------------------------------------------------------
     def run(self, cfg: RunConfig) -> Run:
         """Start `cfg` on every rank and return its `Run` at once."""
-        from hpclab import engine
+        from hpclab.rank import engine
 
         if not isinstance(cfg, RunConfig):
             raise ConfigError(f"Lab.run needs a RunConfig; you passed {type(cfg).__name__}.")
         if self.current_run is not None and not self.current_run.done:
-            raise LabError(f"run {self.current_run.run_id} is still running; call "
-                           "run.stop() or run.wait() before starting another.")
+            raise LabError(
+                f"run {self.current_run.run_id} is still running; call "
+                "run.stop() or run.wait() before starting another."
+            )
         if self._lost is not None:
             if self.verbose:
                 print(f"hpclab: the previous engines were lost ({self._lost}); restarting them.")
@@ -220,22 +234,35 @@ class Lab:
             raise LabError("this lab is stopped; call lab.start() or make a new Lab.")
         cfg.global_batch(self.workers)  # validates workers against cfg (raises ConfigError)
         store = RunStore(self.runs_dir)
-        store.create({"config": cfg.to_dict(), "workers": self.workers,
-                      "derived": cfg.derived(self.workers),
-                      "lab": {"launcher": self.launcher, "threads_per_worker": self.threads_per_worker,
-                              "ranks": self.ranks}})
-        results = [self.client[eid].apply_async(engine.train, cfg.to_dict(), str(store.path),
-                                                str(self.data_dir))
-                   for eid in self._engine_ids]
-        run = Run(config=cfg, workers=self.workers, store=store, results=results, ranks=self.ranks,
-                  on_engines_lost=self._engines_lost, abort=self._abort,
-                  launcher_output=self.launcher_output)
+        store.create(
+            {
+                "config": cfg.to_dict(),
+                "workers": self.workers,
+                "derived": cfg.derived(self.workers),
+                "lab": {
+                    "launcher": self.launcher,
+                    "threads_per_worker": self.threads_per_worker,
+                    "ranks": self.ranks,
+                },
+            }
+        )
+        results = [
+            self.client[eid].apply_async(
+                engine.train, cfg.to_dict(), str(store.path), str(self.data_dir)
+            )
+            for eid in self._engine_ids
+        ]
+        run = Run(
+            config=cfg,
+            workers=self.workers,
+            store=store,
+            results=results,
+            ranks=self.ranks,
+            on_engines_lost=self._engines_lost,
+            abort=self._abort,
+            launcher_output=self.launcher_output,
+        )
         self.current_run = run
-        return run
-
-    def run_and_wait(self, cfg: RunConfig, timeout: float | None = None) -> Run:
-        run = self.run(cfg)
-        run.wait(timeout)
         return run
 
     def _engines_lost(self, why: str) -> None:
@@ -247,18 +274,20 @@ class Lab:
             return
         try:
             self._cluster.signal_engines_sync(signal.SIGKILL)
-        except Exception as exc:  # already gone is fine; say anything else
+        except Exception as exc:  # noqa: BLE001 — already gone is fine; say anything else
             if self.verbose:
                 print(f"hpclab: aborting the engines reported {exc!r}")
 
     def sweep(self, cfg: RunConfig, *, progress=None, **grid):
         from hpclab.sweep import run_sweep
+
         return run_sweep(self, cfg, progress=progress, **grid)
 
     def panel(self, **kwargs):
-        """The control panel and live dashboard (kwargs go to `hpclab.controls.Panel`,
+        """The control panel and live dashboard (kwargs go to `hpclab.views.panel.Panel`,
         e.g. `base=RunConfig(...)` for the knobs' starting values)."""
-        from hpclab.controls import Panel
+        from hpclab.views.panel import Panel
+
         return Panel(self, **kwargs).widget
 
 
@@ -267,8 +296,8 @@ def _stop_forgotten_labs() -> None:
     for lab in list(_LIVE_LABS):
         try:
             lab.stop()
-        except Exception:  # interpreter shutdown: best effort only
+        except Exception:  # noqa: BLE001 — interpreter shutdown: best effort only
             pass
 
 
-__all__ = ["Lab", "LabError", "Run", "RunFailed", "find_mpiexec"]
+__all__ = ["Lab", "LabError", "Run", "RunFailed", "find_mpiexec"]  # re-exported for hpclab

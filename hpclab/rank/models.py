@@ -2,7 +2,7 @@
 
 Every model outputs **logits** (no softmax) from a final ``Dense(..., dtype="float32")``, so under
 a mixed-precision policy (``mixed_float16`` / ``mixed_bfloat16``, see
-:func:`hpclab.optimizers.set_precision`) the hidden layers compute in 16 bits while logits and the
+:func:`hpclab.rank.optimizers.set_precision`) the hidden layers compute in 16 bits while logits and the
 loss stay float32 (TensorFlow mixed-precision guide). Build the model *after* setting the policy.
 
 * ``mlp`` and ``cnn1d`` are the MNIST-1D baselines of Greydanus 2020 ("Scaling down deep
@@ -54,8 +54,9 @@ class _Seeds:
 
 def _logits(x, num_classes: int, seeds: _Seeds):
     # float32 even under a mixed policy: numerically safe softmax/cross-entropy.
-    return layers.Dense(num_classes, kernel_initializer=seeds.glorot(), dtype="float32",
-                        name="logits")(x)
+    return layers.Dense(
+        num_classes, kernel_initializer=seeds.glorot(), dtype="float32", name="logits"
+    )(x)
 
 
 def _mlp(input_shape, num_classes, seeds, hidden: int = 100):
@@ -76,8 +77,14 @@ def _cnn1d(input_shape, num_classes, seeds, channels: int = 25):
     # ConvBase: Conv1d(k, stride 2, padding 1) -> lengths 40 -> 19 -> 10 -> 5.
     for kernel in (5, 3, 3):
         x = layers.ZeroPadding1D(1)(x)
-        x = layers.Conv1D(channels, kernel, strides=2, padding="valid", activation="relu",
-                          kernel_initializer=seeds.glorot())(x)
+        x = layers.Conv1D(
+            channels,
+            kernel,
+            strides=2,
+            padding="valid",
+            activation="relu",
+            kernel_initializer=seeds.glorot(),
+        )(x)
     x = layers.Flatten()(x)
     return tf.keras.Model(inputs, _logits(x, num_classes, seeds), name="cnn1d")
 
@@ -90,12 +97,12 @@ def _pad_channels(x, filters: int):
 
 def _basic_block(x, filters: int, stride: int, seeds: _Seeds):
     shortcut = x
-    y = layers.Conv2D(filters, 3, strides=stride, padding="same", use_bias=False,
-                      kernel_initializer=seeds.he())(x)
+    y = layers.Conv2D(
+        filters, 3, strides=stride, padding="same", use_bias=False, kernel_initializer=seeds.he()
+    )(x)
     y = layers.BatchNormalization()(y)
     y = layers.ReLU()(y)
-    y = layers.Conv2D(filters, 3, padding="same", use_bias=False,
-                      kernel_initializer=seeds.he())(y)
+    y = layers.Conv2D(filters, 3, padding="same", use_bias=False, kernel_initializer=seeds.he())(y)
     y = layers.BatchNormalization()(y)
     if stride != 1 or x.shape[-1] != filters:
         shortcut = layers.Lambda(_pad_channels, arguments={"filters": filters})(x)
@@ -123,8 +130,9 @@ def _resnet50(input_shape, num_classes, seeds):
         ph, pw = max(0, 32 - h), max(0, 32 - w)
         x = layers.ZeroPadding2D(((ph // 2, ph - ph // 2), (pw // 2, pw - pw // 2)))(x)
         h, w = max(h, 32), max(w, 32)
-    backbone = tf.keras.applications.ResNet50(include_top=False, weights=None,
-                                              input_shape=(h, w, c), pooling="avg")
+    backbone = tf.keras.applications.ResNet50(
+        include_top=False, weights=None, input_shape=(h, w, c), pooling="avg"
+    )
     x = backbone(x)
     return tf.keras.Model(inputs, _logits(x, num_classes, seeds), name="resnet50")
 
@@ -142,11 +150,15 @@ def build_model(name: str, input_shape, num_classes: int, seed: int = 0) -> tf.k
         raise ValueError(f"model must be one of {', '.join(MODELS)}; you passed model={name!r}.")
     input_shape = tuple(int(d) for d in input_shape)
     if name in ("resnet20", "resnet50") and len(input_shape) != 3:
-        raise ValueError(f"model {name!r} needs image inputs (height, width, channels); "
-                         f"the data has input_shape={input_shape}. Use 'mlp' or 'cnn1d' for "
-                         "1-D signals such as MNIST-1D.")
+        raise ValueError(
+            f"model {name!r} needs image inputs (height, width, channels); "
+            f"the data has input_shape={input_shape}. Use 'mlp' or 'cnn1d' for "
+            "1-D signals such as MNIST-1D."
+        )
     if name == "cnn1d" and len(input_shape) != 1:
-        raise ValueError(f"model 'cnn1d' needs 1-D signals such as MNIST-1D's (40,); the data has "
-                         f"input_shape={input_shape}. Use 'mlp', 'resnet20' or 'resnet50' for "
-                         "images.")
+        raise ValueError(
+            f"model 'cnn1d' needs 1-D signals such as MNIST-1D's (40,); the data has "
+            f"input_shape={input_shape}. Use 'mlp', 'resnet20' or 'resnet50' for "
+            "images."
+        )
     return _BUILDERS[name](input_shape, int(num_classes), _Seeds(seed))

@@ -11,13 +11,13 @@ environment.
 This module is pure Python (it never imports TensorFlow, Horovod or mpi4py) so it runs in
 milliseconds and is unit-tested in ``tests/test_build_cache.py``. `scripts/setup.sh` calls it as::
 
-    python -m hpclab._build key                 # print the cache key of this environment
-    python -m hpclab._build env                 # print the environment as JSON
-    python -m hpclab._build check-cache DIR     # exit 0 and print the wheel if DIR can be reused
-    python -m hpclab._build write-meta DIR WHEEL --seconds S
-    python -m hpclab._build mark-installed DIR  # record which cached wheel is installed
-    python -m hpclab._build check-installed     # exit 0 if the installed Horovod is the right one
-    python -m hpclab._build requirements FILE --without mpich mpi4py
+    python scripts/horovod_cache.py key                 # print the cache key of this environment
+    python scripts/horovod_cache.py env                 # print the environment as JSON
+    python scripts/horovod_cache.py check-cache DIR     # exit 0 and print the wheel if DIR can be reused
+    python scripts/horovod_cache.py write-meta DIR WHEEL --seconds S
+    python scripts/horovod_cache.py mark-installed DIR  # record which cached wheel is installed
+    python scripts/horovod_cache.py check-installed     # exit 0 if the installed Horovod is the right one
+    python scripts/horovod_cache.py requirements FILE --without mpich mpi4py
 
 The MPI comes from ``$HPCLAB_MPI``: ``pypi`` (default; the ``mpich`` wheel installed in the
 venv) or ``system`` (the ``mpicc`` found on ``PATH``, e.g. after ``module load``).
@@ -39,8 +39,11 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
+
+from hpclab.tools.linkage import horovod_mpi_libs, parse_ldd_libmpi
 
 #: The Horovod release hpclab builds (the last one; it needs TensorFlow < 2.16).
 HOROVOD_VERSION = "0.28.1"
@@ -87,7 +90,7 @@ class BuildEnv:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "BuildEnv":
+    def from_dict(cls, data: Mapping[str, Any]) -> BuildEnv:
         """Inverse of :meth:`to_dict`."""
         fields = {k: v for k, v in data.items() if k != "mpi"}
         return cls(mpi=MPIInfo(**data["mpi"]), **fields)
@@ -145,19 +148,6 @@ def libmpi_from_show(show: str) -> str:
     return ""
 
 
-def parse_ldd_libmpi(ldd_output: str) -> tuple[str, str | None] | None:
-    """The ``libmpi`` line of ``ldd`` output as (soname, resolved path or None if not found).
-
-    Returns None when the object does not depend on any ``libmpi``.
-    """
-    for line in ldd_output.splitlines():
-        match = re.match(r"\s*(libmpi(?:_\w+)?\.so[.\d]*)\s*=>\s*(\S+)", line)
-        if match:
-            soname, target = match.groups()
-            return soname, (None if target == "not" else target)
-    return None
-
-
 def _safe(text: str) -> str:
     """Keep a version string usable in a directory name."""
     return re.sub(r"[^A-Za-z0-9._]+", "_", text) or "unknown"
@@ -199,7 +189,10 @@ _COMPARED = (
 def wheel_matches(meta: Mapping[str, Any], env: BuildEnv) -> tuple[bool, str]:
     """Whether a wheel described by `meta` (a ``build.json``) fits `env`, and why (not)."""
     if meta.get("schema") != META_SCHEMA:
-        return False, f"the cache metadata has schema {meta.get('schema')!r}, expected {META_SCHEMA}"
+        return (
+            False,
+            f"the cache metadata has schema {meta.get('schema')!r}, expected {META_SCHEMA}",
+        )
     built = meta.get("env")
     if not isinstance(built, Mapping):
         return False, "the cache metadata has no 'env' record"
@@ -211,8 +204,14 @@ def wheel_matches(meta: Mapping[str, Any], env: BuildEnv) -> tuple[bool, str]:
             then = then.get(part) if isinstance(then, Mapping) else None
             now = now[part]
         if then != now:
-            return False, f"the {label} differs: the wheel was built with {then!r}, this environment has {now!r}"
-    return True, f"built against TensorFlow {env.tensorflow} and {env.mpi.flavour} {env.mpi.version} ({env.mpi.libmpi or 'libmpi in the default path'})"
+            return (
+                False,
+                f"the {label} differs: the wheel was built with {then!r}, this environment has {now!r}",
+            )
+    return (
+        True,
+        f"built against TensorFlow {env.tensorflow} and {env.mpi.flavour} {env.mpi.version} ({env.mpi.libmpi or 'libmpi in the default path'})",
+    )
 
 
 def make_meta(env: BuildEnv, wheel_name: str, build_seconds: float) -> dict[str, Any]:
@@ -220,7 +219,7 @@ def make_meta(env: BuildEnv, wheel_name: str, build_seconds: float) -> dict[str,
     return {
         "schema": META_SCHEMA,
         "wheel": wheel_name,
-        "built_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "built_at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "build_seconds": round(build_seconds, 1),
         "env": env.to_dict(),
     }
@@ -232,7 +231,11 @@ def requirements_without(lines: Sequence[str], names: Sequence[str]) -> list[str
     kept = []
     for line in lines:
         match = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", line)
-        if match and not line.lstrip().startswith(("#", "-")) and _normalise(match.group(1)) in drop:
+        if (
+            match
+            and not line.lstrip().startswith(("#", "-"))
+            and _normalise(match.group(1)) in drop
+        ):
             continue
         kept.append(line)
     return kept
@@ -271,7 +274,8 @@ def find_mpicc(mode: str, prefix: str = sys.prefix, path: str | None = None) -> 
             )
         return mpicc
     search = os.pathsep.join(
-        d for d in (path if path is not None else os.environ.get("PATH", "")).split(os.pathsep)
+        d
+        for d in (path if path is not None else os.environ.get("PATH", "")).split(os.pathsep)
         if d and os.path.realpath(d) != os.path.realpath(venv_bin)
     )
     mpicc = shutil.which("mpicc", path=search)
@@ -370,28 +374,23 @@ def cached_wheel(cache_dir: str, env: BuildEnv) -> tuple[str | None, str]:
     return (wheel if ok else None), reason
 
 
-def horovod_mpi_libs() -> list[str]:
-    """Paths of the installed Horovod's TensorFlow MPI ops library (found without importing)."""
-    spec = importlib.util.find_spec("horovod")
-    if spec is None or not spec.submodule_search_locations:
-        return []
-    found: list[str] = []
-    for location in spec.submodule_search_locations:
-        found += glob.glob(os.path.join(location, "tensorflow", "mpi_lib*.so"))
-    return sorted(found)
-
-
 def check_linkage(env: BuildEnv, ldd: str = "ldd") -> tuple[bool, str]:
     """Whether the installed ``horovod/tensorflow/mpi_lib*.so`` links the expected libmpi."""
     libs = horovod_mpi_libs()
     if not libs:
-        return False, "horovod/tensorflow/mpi_lib*.so is missing: Horovod was built without TensorFlow"
+        return (
+            False,
+            "horovod/tensorflow/mpi_lib*.so is missing: Horovod was built without TensorFlow",
+        )
     result = _run([ldd, libs[0]])
     if result.returncode != 0:
         return False, f"ldd {libs[0]} failed: {result.stderr.strip()}"
     entry = parse_ldd_libmpi(result.stdout)
     if entry is None:
-        return False, f"{os.path.basename(libs[0])} does not link any libmpi: Horovod was built without MPI"
+        return (
+            False,
+            f"{os.path.basename(libs[0])} does not link any libmpi: Horovod was built without MPI",
+        )
     soname, resolved = entry
     if resolved is None:
         return False, f"{os.path.basename(libs[0])} needs {soname} but the loader cannot find it"
@@ -431,8 +430,10 @@ def _write_json(path: str, data: Mapping[str, Any]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``python -m hpclab._build``; see the module docstring."""
-    parser = argparse.ArgumentParser(prog="python -m hpclab._build", description=__doc__.split("\n")[0])
+    """Entry point of ``python scripts/horovod_cache.py``; see the module docstring."""
+    parser = argparse.ArgumentParser(
+        prog="python scripts/horovod_cache.py", description=__doc__.split("\n")[0]
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("key", help="print the wheel cache key of this environment")
     sub.add_parser("env", help="print this environment as JSON")

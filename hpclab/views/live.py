@@ -28,8 +28,9 @@ import math
 import os
 import threading
 import time
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -43,22 +44,55 @@ X_AXES = {"step": "step", "samples": "samples seen", "time_s": "wall time (s)"}
 
 # panel → (x axis, y axis) of the subplot grid built by _skeleton (row-major cell order)
 PANELS = ("throughput", "loss", "accuracy", "lr", "noise")
-_AXES = {"throughput": ("x", "y"), "loss": ("x2", "y2"), "accuracy": ("x3", "y3"),
-         "lr": ("x4", "y4"), "noise": ("x5", "y5")}
-_TITLES = ("throughput (samples/s)", "loss", "accuracy", "learning rate",
-           "gradient noise scale B_noise vs global batch")
+_AXES = {
+    "throughput": ("x", "y"),
+    "loss": ("x2", "y2"),
+    "accuracy": ("x3", "y3"),
+    "lr": ("x4", "y4"),
+    "noise": ("x5", "y5"),
+}
+_TITLES = (
+    "throughput (samples/s)",
+    "loss",
+    "accuracy",
+    "learning rate",
+    "gradient noise scale B_noise vs global batch",
+)
 _Y_TITLES = ("samples/s", "loss", "accuracy", "learning rate", "samples")
 
 IDEAL_NOTE = "run with 1 worker to get the ideal line"
 SMOOTHING_MAX = 0.95
 
 # colours: the current run's metrics, its ranks, and one colour per other run
-_C = {"global": "#222222", "ideal": "#8c8c8c", "train": "#1f77b4", "val": "#d62728",
-      "lr": "#2ca02c", "noise": "#9467bd", "batch": "#8c8c8c"}
-RANK_COLORS = ('rgb(102,194,165)', 'rgb(252,141,98)', 'rgb(141,160,203)', 'rgb(231,138,195)',
-               'rgb(166,216,84)', 'rgb(255,217,47)', 'rgb(229,196,148)', 'rgb(179,179,179)')
-RUN_COLORS = ('rgb(27,158,119)', 'rgb(217,95,2)', 'rgb(117,112,179)', 'rgb(231,41,138)',
-              'rgb(102,166,30)', 'rgb(230,171,2)', 'rgb(166,118,29)', 'rgb(102,102,102)')
+_C = {
+    "global": "#222222",
+    "ideal": "#8c8c8c",
+    "train": "#1f77b4",
+    "val": "#d62728",
+    "lr": "#2ca02c",
+    "noise": "#9467bd",
+    "batch": "#8c8c8c",
+}
+RANK_COLORS = (
+    "rgb(102,194,165)",
+    "rgb(252,141,98)",
+    "rgb(141,160,203)",
+    "rgb(231,138,195)",
+    "rgb(166,216,84)",
+    "rgb(255,217,47)",
+    "rgb(229,196,148)",
+    "rgb(179,179,179)",
+)
+RUN_COLORS = (
+    "rgb(27,158,119)",
+    "rgb(217,95,2)",
+    "rgb(117,112,179)",
+    "rgb(231,41,138)",
+    "rgb(102,166,30)",
+    "rgb(230,171,2)",
+    "rgb(166,118,29)",
+    "rgb(102,102,102)",
+)
 
 
 def text(value: Any) -> str:
@@ -69,6 +103,7 @@ def text(value: Any) -> str:
 # ---------------------------------------------------------------------------------------------
 # what a run looks like to the drawing code
 # ---------------------------------------------------------------------------------------------
+
 
 @dataclass
 class RunFacts:
@@ -98,7 +133,7 @@ def _frame(value: Any) -> pd.DataFrame:
 def _attr(obj: Any, name: str, default: Any = None) -> Any:
     try:
         value = getattr(obj, name)
-    except Exception:  # a property that cannot answer yet (e.g. a bad config) is "unknown"
+    except Exception:  # noqa: BLE001 — a property that cannot answer yet (e.g. a bad config) is "unknown"
         return default
     return default if value is None else value
 
@@ -110,6 +145,7 @@ def run_facts(run_like: Any) -> RunFacts:
         return run_like
     if isinstance(run_like, (str, os.PathLike)):
         from hpclab.runs import load_run
+
         run_like = load_run(run_like)
     meta = _attr(run_like, "meta", {}) or {}
     summary = dict(_attr(run_like, "summary", {}) or {})
@@ -126,6 +162,7 @@ def run_facts(run_like: Any) -> RunFacts:
         try:
             if cfg_obj is None:
                 from hpclab.config import RunConfig
+
                 cfg_obj = RunConfig.from_dict(config)
             derived = cfg_obj.derived(workers)
         except (ValueError, TypeError):
@@ -141,23 +178,32 @@ def run_facts(run_like: Any) -> RunFacts:
         try:
             if cfg_obj is None:
                 from hpclab.config import RunConfig
+
                 cfg_obj = RunConfig.from_dict(config)
             label = f"{cfg_obj.label()} ×{workers}"
         except (ValueError, TypeError):
             label = run_id or "run"
     status = _attr(run_like, "status", None) or summary.get("status") or "unknown"
     path = _attr(run_like, "path", None)
-    return RunFacts(label=label, run_id=run_id, workers=workers,
-                    global_batch=int(gb) if gb else None, config=config, status=str(status),
-                    summary=summary, derived=derived,
-                    history=_frame(_attr(run_like, "history", None)),
-                    epochs=_frame(_attr(run_like, "epochs", None)),
-                    path=str(path) if path is not None else None)
+    return RunFacts(
+        label=label,
+        run_id=run_id,
+        workers=workers,
+        global_batch=int(gb) if gb else None,
+        config=config,
+        status=str(status),
+        summary=summary,
+        derived=derived,
+        history=_frame(_attr(run_like, "history", None)),
+        epochs=_frame(_attr(run_like, "epochs", None)),
+        path=str(path) if path is not None else None,
+    )
 
 
 # ---------------------------------------------------------------------------------------------
 # columns → arrays (tolerant: a run that just started has no rows, old records miss columns)
 # ---------------------------------------------------------------------------------------------
+
 
 def column(df: pd.DataFrame, name: str) -> np.ndarray:
     """Column `name` as float64 (NaN where missing or not a number); all-NaN if absent."""
@@ -175,7 +221,7 @@ def rank_matrix(df: pd.DataFrame, workers: int) -> np.ndarray:
     for i, cell in enumerate(cells):
         if isinstance(cell, (list, tuple, np.ndarray)):
             vals = pd.to_numeric(pd.Series(list(cell), dtype=object), errors="coerce")
-            out[i, :len(vals)] = vals.to_numpy(dtype=float, na_value=np.nan)
+            out[i, : len(vals)] = vals.to_numpy(dtype=float, na_value=np.nan)
     return out
 
 
@@ -187,7 +233,9 @@ def ema(values: Sequence[float], smoothing: float) -> np.ndarray:
     y = np.asarray(values, dtype=float)
     a = float(smoothing)
     if not 0.0 <= a < 1.0:
-        raise ValueError(f"smoothing must be from 0 to below 1; you passed smoothing={smoothing!r}.")
+        raise ValueError(
+            f"smoothing must be from 0 to below 1; you passed smoothing={smoothing!r}."
+        )
     if a == 0.0 or y.size == 0:
         return y.copy()
     out = np.full_like(y, np.nan)
@@ -201,7 +249,9 @@ def ema(values: Sequence[float], smoothing: float) -> np.ndarray:
 
 def _check_x(x: str) -> str:
     if x not in X_AXES:
-        raise ValueError(f"x must be one of {', '.join(repr(k) for k in X_AXES)}; you passed x={x!r}.")
+        raise ValueError(
+            f"x must be one of {', '.join(repr(k) for k in X_AXES)}; you passed x={x!r}."
+        )
     return x
 
 
@@ -235,6 +285,7 @@ def _last(values: np.ndarray) -> float:
 # one function turns a run into trace specs; the widget and the static figure both use it
 # ---------------------------------------------------------------------------------------------
 
+
 @dataclass
 class TraceSpec:
     """One line on one panel: a stable key, the data, and plotly properties (name, style...)."""
@@ -250,9 +301,16 @@ class TraceSpec:
         return go.Scatter(x=self.x, y=self.y, xaxis=xaxis, yaxis=yaxis, **self.props)
 
 
-def trace_specs(run_like: Any, *, x: str = "step", smoothing: float = 0.0, role: str = "main",
-                ideal_single_rank: float | None = None, color: str | None = None,
-                key_prefix: str = "") -> list[TraceSpec]:
+def trace_specs(
+    run_like: Any,
+    *,
+    x: str = "step",
+    smoothing: float = 0.0,
+    role: str = "main",
+    ideal_single_rank: float | None = None,
+    color: str | None = None,
+    key_prefix: str = "",
+) -> list[TraceSpec]:
     """The traces that draw one run.
 
     role="main": the run in full detail (per-rank throughput, ideal line, train/val curves,
@@ -271,42 +329,127 @@ def trace_specs(run_like: Any, *, x: str = "step", smoothing: float = 0.0, role:
     specs: list[TraceSpec] = []
 
     def add(key, panel, xs, ys, **props):
-        specs.append(TraceSpec(key_prefix + key, panel, np.asarray(xs, dtype=float),
-                               np.asarray(ys, dtype=float), props))
+        specs.append(
+            TraceSpec(
+                key_prefix + key,
+                panel,
+                np.asarray(xs, dtype=float),
+                np.asarray(ys, dtype=float),
+                props,
+            )
+        )
 
     if role == "main":
         ranks = rank_matrix(h, f.workers)
         for r in range(ranks.shape[1]):
-            add(f"thr/rank{r}", "throughput", hx, sm(ranks[:, r]), name=f"rank {r}", mode="lines",
-                line=dict(width=1, color=RANK_COLORS[r % len(RANK_COLORS)]))
-        add("thr/global", "throughput", hx, sm(column(h, "samples_per_sec")), name="global",
-            mode="lines", line=dict(width=2.5, color=_C["global"]))
+            add(
+                f"thr/rank{r}",
+                "throughput",
+                hx,
+                sm(ranks[:, r]),
+                name=f"rank {r}",
+                mode="lines",
+                line=dict(width=1, color=RANK_COLORS[r % len(RANK_COLORS)]),
+            )
+        add(
+            "thr/global",
+            "throughput",
+            hx,
+            sm(column(h, "samples_per_sec")),
+            name="global",
+            mode="lines",
+            line=dict(width=2.5, color=_C["global"]),
+        )
         ref = ideal_single_rank if ideal_single_rank and math.isfinite(ideal_single_rank) else None
         span = _span(hx)
         if ref is not None:
-            add("thr/ideal", "throughput", span, np.full(span.size, f.workers * ref),
-                name=f"ideal {f.workers} × {ref:,.0f}", mode="lines", visible=True,
-                line=dict(width=1.5, dash="dot", color=_C["ideal"]))
+            add(
+                "thr/ideal",
+                "throughput",
+                span,
+                np.full(span.size, f.workers * ref),
+                name=f"ideal {f.workers} × {ref:,.0f}",
+                mode="lines",
+                visible=True,
+                line=dict(width=1.5, dash="dot", color=_C["ideal"]),
+            )
         else:
-            add("thr/ideal", "throughput", [], [], name="ideal", mode="lines", visible=False,
-                line=dict(width=1.5, dash="dot", color=_C["ideal"]))
-        add("loss/train", "loss", hx, sm(column(h, "loss")), name="train loss", mode="lines",
-            line=dict(color=_C["train"]))
-        add("loss/val", "loss", ex, column(e, "val_loss"), name="val loss", mode="lines+markers",
-            marker=dict(size=7, color=_C["val"]), line=dict(width=1, color=_C["val"]))
-        add("acc/train", "accuracy", hx, sm(column(h, "accuracy")), name="train accuracy",
-            mode="lines", line=dict(color=_C["train"]))
-        add("acc/val", "accuracy", ex, column(e, "val_accuracy"), name="val accuracy",
-            mode="lines+markers", marker=dict(size=7, color=_C["val"]),
-            line=dict(width=1, color=_C["val"]))
-        add("lr", "lr", hx, column(h, "lr"), name="learning rate", mode="lines",
-            line=dict(color=_C["lr"]))
-        add("noise", "noise", hx, column(h, "noise_scale"), name="B_noise", mode="lines",
-            line=dict(color=_C["noise"]))
+            add(
+                "thr/ideal",
+                "throughput",
+                [],
+                [],
+                name="ideal",
+                mode="lines",
+                visible=False,
+                line=dict(width=1.5, dash="dot", color=_C["ideal"]),
+            )
+        add(
+            "loss/train",
+            "loss",
+            hx,
+            sm(column(h, "loss")),
+            name="train loss",
+            mode="lines",
+            line=dict(color=_C["train"]),
+        )
+        add(
+            "loss/val",
+            "loss",
+            ex,
+            column(e, "val_loss"),
+            name="val loss",
+            mode="lines+markers",
+            marker=dict(size=7, color=_C["val"]),
+            line=dict(width=1, color=_C["val"]),
+        )
+        add(
+            "acc/train",
+            "accuracy",
+            hx,
+            sm(column(h, "accuracy")),
+            name="train accuracy",
+            mode="lines",
+            line=dict(color=_C["train"]),
+        )
+        add(
+            "acc/val",
+            "accuracy",
+            ex,
+            column(e, "val_accuracy"),
+            name="val accuracy",
+            mode="lines+markers",
+            marker=dict(size=7, color=_C["val"]),
+            line=dict(width=1, color=_C["val"]),
+        )
+        add(
+            "lr",
+            "lr",
+            hx,
+            column(h, "lr"),
+            name="learning rate",
+            mode="lines",
+            line=dict(color=_C["lr"]),
+        )
+        add(
+            "noise",
+            "noise",
+            hx,
+            column(h, "noise_scale"),
+            name="B_noise",
+            mode="lines",
+            line=dict(color=_C["noise"]),
+        )
         gb = f.global_batch
-        add("noise/batch", "noise", span if gb else [], np.full(span.size if gb else 0, gb or 0.0),
-            name=f"global batch {gb}" if gb else "global batch", mode="lines",
-            line=dict(width=1.5, dash="dash", color=_C["batch"]))
+        add(
+            "noise/batch",
+            "noise",
+            span if gb else [],
+            np.full(span.size if gb else 0, gb or 0.0),
+            name=f"global batch {gb}" if gb else "global batch",
+            mode="lines",
+            line=dict(width=1.5, dash="dash", color=_C["batch"]),
+        )
         return specs
 
     overlay = role == "overlay"
@@ -315,19 +458,73 @@ def trace_specs(run_like: Any, *, x: str = "step", smoothing: float = 0.0, role:
     style = dict(legendgroup=key_prefix or name, name=name, opacity=0.55 if overlay else 1.0)
     dash = "dash" if overlay else "solid"
     tip = lambda what: f"{name}<br>{what}: %{{y:.4g}}<extra></extra>"  # noqa: E731
-    add("thr/global", "throughput", hx, sm(column(h, "samples_per_sec")), mode="lines",
-        showlegend=True, line=dict(color=col, dash=dash), hovertemplate=tip("samples/s"), **style)
-    add("loss/train", "loss", hx, sm(column(h, "loss")), mode="lines", showlegend=False,
-        line=dict(color=col, dash=dash), hovertemplate=tip("train loss"), **style)
-    add("acc/train", "accuracy", hx, sm(column(h, "accuracy")), mode="lines", showlegend=False,
-        line=dict(color=col, dash=dash, width=1), hovertemplate=tip("train accuracy"), **style)
-    add("acc/val", "accuracy", ex, column(e, "val_accuracy"), mode="lines+markers",
-        showlegend=False, marker=dict(size=6, color=col, symbol="circle-open" if overlay else "circle"),
-        line=dict(color=col, dash=dash, width=1.5), hovertemplate=tip("val accuracy"), **style)
-    add("lr", "lr", hx, column(h, "lr"), mode="lines", showlegend=False,
-        line=dict(color=col, dash=dash), hovertemplate=tip("learning rate"), **style)
-    add("noise", "noise", hx, column(h, "noise_scale"), mode="lines", showlegend=False,
-        line=dict(color=col, dash=dash), hovertemplate=tip("B_noise"), **style)
+    add(
+        "thr/global",
+        "throughput",
+        hx,
+        sm(column(h, "samples_per_sec")),
+        mode="lines",
+        showlegend=True,
+        line=dict(color=col, dash=dash),
+        hovertemplate=tip("samples/s"),
+        **style,
+    )
+    add(
+        "loss/train",
+        "loss",
+        hx,
+        sm(column(h, "loss")),
+        mode="lines",
+        showlegend=False,
+        line=dict(color=col, dash=dash),
+        hovertemplate=tip("train loss"),
+        **style,
+    )
+    add(
+        "acc/train",
+        "accuracy",
+        hx,
+        sm(column(h, "accuracy")),
+        mode="lines",
+        showlegend=False,
+        line=dict(color=col, dash=dash, width=1),
+        hovertemplate=tip("train accuracy"),
+        **style,
+    )
+    add(
+        "acc/val",
+        "accuracy",
+        ex,
+        column(e, "val_accuracy"),
+        mode="lines+markers",
+        showlegend=False,
+        marker=dict(size=6, color=col, symbol="circle-open" if overlay else "circle"),
+        line=dict(color=col, dash=dash, width=1.5),
+        hovertemplate=tip("val accuracy"),
+        **style,
+    )
+    add(
+        "lr",
+        "lr",
+        hx,
+        column(h, "lr"),
+        mode="lines",
+        showlegend=False,
+        line=dict(color=col, dash=dash),
+        hovertemplate=tip("learning rate"),
+        **style,
+    )
+    add(
+        "noise",
+        "noise",
+        hx,
+        column(h, "noise_scale"),
+        mode="lines",
+        showlegend=False,
+        line=dict(color=col, dash=dash),
+        hovertemplate=tip("B_noise"),
+        **style,
+    )
     return specs
 
 
@@ -374,25 +571,47 @@ def single_rank_reference(current: Any, candidates: Iterable[Any]) -> float | No
 # figure skeleton shared by the widget and the static figure
 # ---------------------------------------------------------------------------------------------
 
+
 def _skeleton(cls: type, title: str, x: str) -> go.Figure:
-    base = make_subplots(rows=3, cols=2, specs=[[{}, {}], [{}, {}], [{"colspan": 2}, None]],
-                         subplot_titles=_TITLES, vertical_spacing=0.1, horizontal_spacing=0.09)
+    base = make_subplots(
+        rows=3,
+        cols=2,
+        specs=[[{}, {}], [{}, {}], [{"colspan": 2}, None]],
+        subplot_titles=_TITLES,
+        vertical_spacing=0.1,
+        horizontal_spacing=0.09,
+    )
     fig = base if cls is go.Figure else cls(base)
     fig.update_layout(
-        title=dict(text=text(title)) if title else None, height=860, template="plotly_white",
+        title=dict(text=text(title)) if title else None,
+        height=860,
+        template="plotly_white",
         margin=dict(l=60, r=20, t=80 if title else 50, b=50),
-        legend=dict(orientation="v", groupclick="togglegroup", font=dict(size=11)))
+        legend=dict(orientation="v", groupclick="togglegroup", font=dict(size=11)),
+    )
     for i, panel in enumerate(PANELS):
         xa, ya = _AXES[panel]
         fig.layout[xa.replace("x", "xaxis")].title = X_AXES[x]
         fig.layout[ya.replace("y", "yaxis")].title = _Y_TITLES[i]
     fig.layout.yaxis3.range = [0, 1.02]
-    fig.layout.yaxis.rangemode = "tozero"   # throughput: scale differences read honestly
-    for name, (xa, ya), where in (("ideal_note", _AXES["throughput"], (0.01, 0.99)),
-                                   ("noise_note", _AXES["noise"], (0.01, 0.99))):
-        fig.add_annotation(name=name, text="", showarrow=False, xref=f"{xa} domain",
-                           yref=f"{ya} domain", x=where[0], y=where[1], xanchor="left",
-                           yanchor="top", font=dict(size=11, color="#555"), align="left")
+    fig.layout.yaxis.rangemode = "tozero"  # throughput: scale differences read honestly
+    for name, (xa, ya), where in (
+        ("ideal_note", _AXES["throughput"], (0.01, 0.99)),
+        ("noise_note", _AXES["noise"], (0.01, 0.99)),
+    ):
+        fig.add_annotation(
+            name=name,
+            text="",
+            showarrow=False,
+            xref=f"{xa} domain",
+            yref=f"{ya} domain",
+            x=where[0],
+            y=where[1],
+            xanchor="left",
+            yanchor="top",
+            font=dict(size=11, color="#555"),
+            align="left",
+        )
     return fig
 
 
@@ -407,8 +626,14 @@ def _set_x_titles(fig: go.Figure, x: str) -> None:
         fig.layout[_AXES[panel][0].replace("x", "xaxis")].title.text = X_AXES[x]
 
 
-def figure(records: Any, x: str = "step", *, title: str = "", smoothing: float = 0.0,
-           ideal_single_rank: float | None = None) -> go.Figure:
+def figure(
+    records: Any,
+    x: str = "step",
+    *,
+    title: str = "",
+    smoothing: float = 0.0,
+    ideal_single_rank: float | None = None,
+) -> go.Figure:
     """A static plotly Figure with the dashboard's panels, for HTML reports.
 
     One run is drawn in full detail (per-rank throughput, ideal line when a single-rank
@@ -427,8 +652,14 @@ def figure(records: Any, x: str = "step", *, title: str = "", smoothing: float =
     else:
         specs = []
         for i, f in enumerate(facts):
-            specs += trace_specs(f, x=x, smoothing=smoothing, role="run",
-                                 color=RUN_COLORS[i % len(RUN_COLORS)], key_prefix=f"run{i}/")
+            specs += trace_specs(
+                f,
+                x=x,
+                smoothing=smoothing,
+                role="run",
+                color=RUN_COLORS[i % len(RUN_COLORS)],
+                key_prefix=f"run{i}/",
+            )
     fig.add_traces([s.trace() for s in specs])
     return fig
 
@@ -436,6 +667,7 @@ def figure(records: Any, x: str = "step", *, title: str = "", smoothing: float =
 # ---------------------------------------------------------------------------------------------
 # the live widget
 # ---------------------------------------------------------------------------------------------
+
 
 class Dashboard:
     """Live charts of one run with earlier runs overlaid; display ``dash.widget``.
@@ -447,9 +679,15 @@ class Dashboard:
     ``fig.batch_update()`` (one message to the browser).
     """
 
-    def __init__(self, title: str = "", *, ideal_single_rank: float | None = None,
-                 min_interval_s: float = 0.5, max_wait_s: float = 2.0):
-        import ipywidgets as W  # imported here so `import hpclab.live` stays fast
+    def __init__(
+        self,
+        title: str = "",
+        *,
+        ideal_single_rank: float | None = None,
+        min_interval_s: float = 0.5,
+        max_wait_s: float = 2.0,
+    ):
+        import ipywidgets as W  # imported here so `import hpclab.views.live` stays fast
 
         self.title = title
         self.ideal_single_rank = ideal_single_rank
@@ -458,32 +696,42 @@ class Dashboard:
         self.x = "step"
         self.smoothing = 0.0
         self.log_loss = False
-        self.redraws = 0                      # how many times the figure was (re)drawn
+        self.redraws = 0  # how many times the figure was (re)drawn
         self.fig = _skeleton(go.FigureWidget, title, self.x)
-        self._source: Any = None              # the run-like currently shown
-        self._facts: RunFacts | None = None   # its snapshot for the redraw in progress
+        self._source: Any = None  # the run-like currently shown
+        self._facts: RunFacts | None = None  # its snapshot for the redraw in progress
         self._overlays: list[RunFacts] = []
-        self._keys: list[str] = []            # trace keys in figure order
+        self._keys: list[str] = []  # trace keys in figure order
         self._main_keys: list[str] = []
-        self._lock = threading.RLock()        # drawing: run thread, timer thread, widget events
-        self._tlock = threading.Lock()        # throttle state
+        self._lock = threading.RLock()  # drawing: run thread, timer thread, widget events
+        self._tlock = threading.Lock()  # throttle state
         self._attached: Any = None
         self._last_draw = -math.inf
         self._timer: threading.Timer | None = None
 
-        self._x_ctl = W.ToggleButtons(options=[(label, key) for key, label in X_AXES.items()],
-                                      value="step", description="x axis",
-                                      style={"button_width": "110px"})
-        self._smooth_ctl = W.FloatSlider(value=0.0, min=0.0, max=SMOOTHING_MAX, step=0.05,
-                                         description="smoothing", readout_format=".2f",
-                                         continuous_update=False)
+        self._x_ctl = W.ToggleButtons(
+            options=[(label, key) for key, label in X_AXES.items()],
+            value="step",
+            description="x axis",
+            style={"button_width": "110px"},
+        )
+        self._smooth_ctl = W.FloatSlider(
+            value=0.0,
+            min=0.0,
+            max=SMOOTHING_MAX,
+            step=0.05,
+            description="smoothing",
+            readout_format=".2f",
+            continuous_update=False,
+        )
         self._log_ctl = W.Checkbox(value=False, description="log-y loss", indent=False)
         self._status = W.HTML(value="")
         self._x_ctl.observe(lambda c: self._on_x(c["new"]), names="value")
         self._smooth_ctl.observe(lambda c: self._on_smoothing(c["new"]), names="value")
         self._log_ctl.observe(lambda c: self._on_log(c["new"]), names="value")
-        self.widget = W.VBox([W.HBox([self._x_ctl, self._smooth_ctl, self._log_ctl]),
-                              self._status, self.fig])
+        self.widget = W.VBox(
+            [W.HBox([self._x_ctl, self._smooth_ctl, self._log_ctl]), self._status, self.fig]
+        )
 
     def _repr_mimebundle_(self, **kwargs):  # display(dash) shows the widget
         return self.widget._repr_mimebundle_(**kwargs)
@@ -532,22 +780,36 @@ class Dashboard:
     def _main_specs(self) -> list[TraceSpec]:
         if self._facts is None:
             return []
-        return trace_specs(self._facts, x=self.x, smoothing=self.smoothing, role="main",
-                           ideal_single_rank=self._ideal())
+        return trace_specs(
+            self._facts,
+            x=self.x,
+            smoothing=self.smoothing,
+            role="main",
+            ideal_single_rank=self._ideal(),
+        )
 
     def _overlay_specs(self) -> list[TraceSpec]:
         specs = []
         for i, f in enumerate(self._overlays):
-            specs += trace_specs(f, x=self.x, smoothing=self.smoothing, role="overlay",
-                                 color=RUN_COLORS[i % len(RUN_COLORS)], key_prefix=f"ov{i}/")
+            specs += trace_specs(
+                f,
+                x=self.x,
+                smoothing=self.smoothing,
+                role="overlay",
+                color=RUN_COLORS[i % len(RUN_COLORS)],
+                key_prefix=f"ov{i}/",
+            )
         return specs
 
     def _status_html(self) -> str:
         f = self._facts
         if f is None:
             return ""
-        parts = [f"<b>{text(self.title)}</b>" if self.title else "", text(f.label),
-                 f"status: {text(f.status)}"]
+        parts = [
+            f"<b>{text(self.title)}</b>" if self.title else "",
+            text(f.label),
+            f"status: {text(f.status)}",
+        ]
         step = _last(column(f.history, "step"))
         if math.isfinite(step):
             parts.append(f"step {step:,.0f}")
@@ -555,13 +817,18 @@ class Dashboard:
         if math.isfinite(thr):
             parts.append(f"{thr:,.0f} samples/s")
         if f.global_batch:
-            parts.append(f"global batch {f.global_batch:,} ({f.workers} × "
-                         f"{f.global_batch // f.workers:,})")
+            parts.append(
+                f"global batch {f.global_batch:,} ({f.workers} × {f.global_batch // f.workers:,})"
+            )
         return " · ".join(p for p in parts if p)
 
     def _decorate(self) -> None:
-        _set_notes(self.fig, notes(self._facts, self._ideal()) if self._facts is not None else
-                   {"ideal_note": "", "noise_note": ""})
+        _set_notes(
+            self.fig,
+            notes(self._facts, self._ideal())
+            if self._facts is not None
+            else {"ideal_note": "", "noise_note": ""},
+        )
         self._status.value = self._status_html()
 
     def _rebuild(self) -> None:
@@ -641,8 +908,9 @@ class Dashboard:
         return self.fig.data[self._keys.index(key)]
 
     # -- following a live run -----------------------------------------------------------------
-    def attach(self, run: Any, *, min_interval_s: float | None = None,
-               max_wait_s: float | None = None) -> None:
+    def attach(
+        self, run: Any, *, min_interval_s: float | None = None, max_wait_s: float | None = None
+    ) -> None:
         """Follow `run`: show it now and redraw (throttled) whenever it calls back.
 
         `run` needs ``on_update(callback)`` (called as ``callback(run)`` after new rows and once

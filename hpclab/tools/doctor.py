@@ -27,8 +27,13 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any
+
+from hpclab import launch
+from hpclab.errors import LabError
+from hpclab.tools import linkage
 
 #: Engines started by the full check; the expected allreduce result is 1 + 2 + ... + N.
 WORKERS = 2
@@ -77,16 +82,11 @@ def _dist_version(name: str) -> str:
 
 
 def find_mpiexec() -> str | None:
-    """The `mpiexec` next to this Python (the venv's), else the first one on PATH.
-
-    A Jupyter kernel may run the venv's Python without the venv's ``bin/`` on PATH, so the
-    interpreter's own directory is looked at first (``sys.executable`` is not resolved: the
-    venv's ``bin/python`` is a symlink to the base interpreter).
-    """
-    beside = os.path.join(os.path.dirname(sys.executable), "mpiexec")
-    if os.access(beside, os.X_OK):
-        return beside
-    return shutil.which("mpiexec")
+    """The `mpiexec` a Lab would use (:func:`hpclab.launch.find_mpiexec`), or None."""
+    try:
+        return launch.find_mpiexec()
+    except LabError:
+        return None
 
 
 def _loaded_libmpi() -> str | None:
@@ -104,14 +104,12 @@ def _loaded_libmpi() -> str | None:
 
 def _horovod_libmpi() -> str | None:
     """Real path of the libmpi that Horovod's TensorFlow ops resolve to (ldd), or None."""
-    from hpclab import _build
-
-    libs = _build.horovod_mpi_libs()
+    libs = linkage.horovod_mpi_libs()
     ldd = shutil.which("ldd")
     if not libs or not ldd:
         return None
     result = subprocess.run([ldd, libs[0]], capture_output=True, text=True, check=False)
-    entry = _build.parse_ldd_libmpi(result.stdout)
+    entry = linkage.parse_ldd_libmpi(result.stdout)
     if entry is None or entry[1] is None:
         return None
     return os.path.realpath(entry[1])
@@ -126,10 +124,15 @@ def horovod_frameworks() -> dict[str, bool]:
     """
     spec = importlib.util.find_spec("horovod")
     roots = list(spec.submodule_search_locations or []) if spec else []
-    patterns = {"TensorFlow": "tensorflow/mpi_lib*.so", "PyTorch": "torch/mpi_lib*.so",
-                "MXNet": "mxnet/mpi_lib*.so"}
-    return {name: any(glob.glob(os.path.join(root, pattern)) for root in roots)
-            for name, pattern in patterns.items()}
+    patterns = {
+        "TensorFlow": "tensorflow/mpi_lib*.so",
+        "PyTorch": "torch/mpi_lib*.so",
+        "MXNet": "mxnet/mpi_lib*.so",
+    }
+    return {
+        name: any(glob.glob(os.path.join(root, pattern)) for root in roots)
+        for name, pattern in patterns.items()
+    }
 
 
 def horovod_built_against_tf() -> str | None:
@@ -163,7 +166,9 @@ def check_versions() -> dict[str, Any]:
             mpi4py.rc.finalize = False
             from mpi4py import MPI
         except ImportError as err:
-            raise DoctorError(f"mpi4py does not import ({err}); run `make setup` to install it with its MPI.") from None
+            raise DoctorError(
+                f"mpi4py does not import ({err}); run `make setup` to install it with its MPI."
+            ) from None
         _row("MPI library", " ".join(MPI.Get_library_version().strip().splitlines()[0].split()))
         mpi4py_libmpi = _loaded_libmpi()
         _row("mpi4py loads", mpi4py_libmpi or "unknown")
@@ -178,7 +183,9 @@ def check_versions() -> dict[str, Any]:
         try:
             import tensorflow as tf
         except ImportError as err:
-            raise DoctorError(f"TensorFlow does not import ({err}); run `make setup` to install TensorFlow 2.15.1.") from None
+            raise DoctorError(
+                f"TensorFlow does not import ({err}); run `make setup` to install TensorFlow 2.15.1."
+            ) from None
         _row("TensorFlow", tf.__version__)
         _row("Keras", _dist_version("keras"))
 
@@ -192,8 +199,12 @@ def check_versions() -> dict[str, Any]:
                 f"Horovod's TensorFlow module does not import ({err}); run `make setup` to build Horovod 0.28.1 against this TensorFlow."
             ) from None
         _row("Horovod", horovod.__version__)
-        for label, dist in (("ipyparallel", "ipyparallel"), ("JupyterLab", "jupyterlab"),
-                            ("plotly", "plotly"), ("numpy", "numpy")):
+        for label, dist in (
+            ("ipyparallel", "ipyparallel"),
+            ("JupyterLab", "jupyterlab"),
+            ("plotly", "plotly"),
+            ("numpy", "numpy"),
+        ):
             _row(label, _dist_version(dist))
     return {"tf": tf, "hvd": hvd, "mpi4py_libmpi": mpi4py_libmpi}
 
@@ -202,23 +213,32 @@ def check_horovod(hvd: Any, tf_version: str, mpi4py_libmpi: str | None) -> None:
     """Stage 2: what Horovod was built with, and that it uses mpi4py's MPI."""
     with _stage("Horovod build"):
         frameworks = horovod_frameworks()
-        _row("frameworks", "   ".join(f"{name}: {_yes(built)}" for name, built in frameworks.items()))
+        _row(
+            "frameworks", "   ".join(f"{name}: {_yes(built)}" for name, built in frameworks.items())
+        )
         built_against = horovod_built_against_tf()
         _row("built for", f"TensorFlow {built_against or 'unknown'}")
         _row("controllers", f"MPI: {_yes(hvd.mpi_built())}   Gloo: {_yes(hvd.gloo_built())}")
         nccl = hvd.nccl_built()
-        _row("tensor ops", f"NCCL: {_yes(nccl)}{f' ({nccl})' if nccl and nccl is not True else ''}   "
-                           f"DDL: {_yes(hvd.ddl_built())}   CCL: {_yes(hvd.ccl_built())}   "
-                           f"CUDA: {_yes(hvd.cuda_built())}   ROCm: {_yes(hvd.rocm_built())}")
+        _row(
+            "tensor ops",
+            f"NCCL: {_yes(nccl)}{f' ({nccl})' if nccl and nccl is not True else ''}   "
+            f"DDL: {_yes(hvd.ddl_built())}   CCL: {_yes(hvd.ccl_built())}   "
+            f"CUDA: {_yes(hvd.cuda_built())}   ROCm: {_yes(hvd.rocm_built())}",
+        )
         if not frameworks["TensorFlow"]:
-            raise DoctorError("Horovod was built without TensorFlow support; run `make setup` to rebuild it against TensorFlow 2.15.1.")
+            raise DoctorError(
+                "Horovod was built without TensorFlow support; run `make setup` to rebuild it against TensorFlow 2.15.1."
+            )
         if built_against and built_against != tf_version:
             raise DoctorError(
                 f"Horovod was built against TensorFlow {built_against} but TensorFlow {tf_version} is installed; "
                 "run `make setup` to rebuild Horovod for it."
             )
         if not hvd.mpi_built():
-            raise DoctorError("Horovod was built without MPI support; run `make setup` to rebuild it with HOROVOD_WITH_MPI=1.")
+            raise DoctorError(
+                "Horovod was built without MPI support; run `make setup` to rebuild it with HOROVOD_WITH_MPI=1."
+            )
         horovod_libmpi = _horovod_libmpi()
         _row("Horovod links", horovod_libmpi or "unknown")
         if horovod_libmpi and mpi4py_libmpi and horovod_libmpi != mpi4py_libmpi:
@@ -234,29 +254,34 @@ def check_devices(tf: Any) -> None:
         cpus = tf.config.list_physical_devices("CPU")
         gpus = tf.config.list_physical_devices("GPU")
         _row("CPU", ", ".join(d.name.replace("/physical_device:", "") for d in cpus) or "none")
-        _row("GPU", ", ".join(d.name.replace("/physical_device:", "") for d in gpus)
-             or "none (CPU-only TensorFlow or no CUDA device visible)")
+        _row(
+            "GPU",
+            ", ".join(d.name.replace("/physical_device:", "") for d in gpus)
+            or "none (CPU-only TensorFlow or no CUDA device visible)",
+        )
 
 
 def _engine_probe() -> dict[str, Any]:
     """Runs on every engine (Horovod already initialised by `Lab`): allreduce ``rank + 1``."""
     import horovod.tensorflow as hvd
 
-    from hpclab import engine
+    from hpclab.rank import engine
 
     result = engine.allreduce_check()
-    result["controller"] = "MPI" if hvd.mpi_enabled() else ("Gloo" if hvd.gloo_enabled() else "unknown")
+    result["controller"] = (
+        "MPI" if hvd.mpi_enabled() else ("Gloo" if hvd.gloo_enabled() else "unknown")
+    )
     return result
 
 
 def check_engines(timeout: float, workers: int = WORKERS) -> None:
     """Stage 4: real MPI engines, real Horovod, one allreduce with a known answer.
 
-    Goes through :class:`hpclab.cluster.Lab`, the same path the notebooks and the CLI use.
+    Goes through :class:`hpclab.lab.Lab`, the same path the notebooks and the CLI use.
     """
     import ipyparallel as ipp
 
-    from hpclab.cluster import Lab, LabError
+    from hpclab.lab import Lab, LabError
 
     mpiexec = find_mpiexec() or "mpiexec"
     expected = float(sum(range(1, workers + 1)))
@@ -278,7 +303,10 @@ def check_engines(timeout: float, workers: int = WORKERS) -> None:
             f"Horovod failed to initialise on the engines ({_remote_reason(err)}); run `make setup` to rebuild it."
         ) from None
     with lab:
-        _row("started", f"{workers} engines with Horovod initialised in {time.perf_counter() - start:.1f} s")
+        _row(
+            "started",
+            f"{workers} engines with Horovod initialised in {time.perf_counter() - start:.1f} s",
+        )
         start = time.perf_counter()
         try:
             probes = lab.view.apply_async(_engine_probe).get(timeout=timeout)
@@ -295,9 +323,11 @@ def check_engines(timeout: float, workers: int = WORKERS) -> None:
         by_rank = {p["rank"]: p for p in probes}
         for rank_info in lab.ranks:
             probe = by_rank.get(rank_info["rank"], {})
-            _row(f"rank {rank_info['rank']}/{rank_info['size']}",
-                 f"pid {rank_info['pid']} on {rank_info['host']}, local rank {rank_info['local_rank']}, "
-                 f"controller {probe.get('controller', '?')}: allreduce(sum of rank+1) = {probe.get('value', float('nan')):g}")
+            _row(
+                f"rank {rank_info['rank']}/{rank_info['size']}",
+                f"pid {rank_info['pid']} on {rank_info['host']}, local rank {rank_info['local_rank']}, "
+                f"controller {probe.get('controller', '?')}: allreduce(sum of rank+1) = {probe.get('value', float('nan')):g}",
+            )
         if sorted(by_rank) != list(range(workers)) or any(r["size"] != workers for r in lab.ranks):
             raise DoctorError(
                 f"The engines formed Horovod ranks {sorted(by_rank)} instead of one job of {workers}; "
@@ -329,19 +359,30 @@ def _remote_reason(err: Exception) -> str:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``hpclab doctor``."""
-    parser.add_argument("--quick", action="store_true",
-                        help="only versions, Horovod build flags and devices; start no engines")
-    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
-                        help=f"seconds to wait for engines and for Horovod on them (default {DEFAULT_TIMEOUT:g})")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="only versions, Horovod build flags and devices; start no engines",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT,
+        help=f"seconds to wait for engines and for Horovod on them (default {DEFAULT_TIMEOUT:g})",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     """Run the checks; 0 when everything works, 1 with one sentence when something does not."""
     if not 1 <= args.timeout <= 3600:
-        print(f"hpclab doctor: --timeout must be between 1 and 3600 seconds; you passed {args.timeout:g}.",
-              file=sys.stderr)
+        print(
+            f"hpclab doctor: --timeout must be between 1 and 3600 seconds; you passed {args.timeout:g}.",
+            file=sys.stderr,
+        )
         return 1
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep TensorFlow's C++ banner out of the report
+    os.environ.setdefault(
+        "TF_CPP_MIN_LOG_LEVEL", "2"
+    )  # keep TensorFlow's C++ banner out of the report
     start = time.perf_counter()
     try:
         found = check_versions()

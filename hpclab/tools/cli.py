@@ -37,9 +37,12 @@ import sys
 import threading
 import time
 import typing
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
+
+from hpclab import jsonio
 
 
 @dataclass(frozen=True)
@@ -51,8 +54,14 @@ class Command:
     run: Callable[[argparse.Namespace], int]
 
 
-EXIT_CODES = {"finished": 0, "failed": 1, "stopped": 1, "usage": 2, "diverged": 3,
-              "interrupted": 130}
+EXIT_CODES = {
+    "finished": 0,
+    "failed": 1,
+    "stopped": 1,
+    "usage": 2,
+    "diverged": 3,
+    "interrupted": 130,
+}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -70,14 +79,15 @@ def _say(message: str) -> None:
 # doctor (written with hpclab/doctor.py)
 # ---------------------------------------------------------------------------------------------
 
+
 def _doctor_configure(parser: argparse.ArgumentParser) -> None:
-    from hpclab import doctor
+    from hpclab.tools import doctor
 
     doctor.add_arguments(parser)
 
 
 def _doctor_run(args: argparse.Namespace) -> int:
-    from hpclab import doctor
+    from hpclab.tools import doctor
 
     return doctor.run(args)
 
@@ -86,9 +96,11 @@ def _doctor_run(args: argparse.Namespace) -> int:
 # RunConfig fields as options
 # ---------------------------------------------------------------------------------------------
 
+
 def _field_comments() -> dict[str, str]:
     """The comment beside each RunConfig field in config.py: the one place fields are explained."""
     from hpclab.config import RunConfig
+
     try:
         source = inspect.getsource(RunConfig)
     except (OSError, TypeError):
@@ -100,7 +112,7 @@ def _field_comments() -> dict[str, str]:
 @dataclass(frozen=True)
 class _Field:
     name: str
-    kind: str                 # choice | int | float | bool | shape | strings | str
+    kind: str  # choice | int | float | bool | shape | strings | str
     default: Any
     choices: tuple = ()
     help: str = ""
@@ -121,7 +133,7 @@ class _Field:
         if self.kind == "strings":
             return "TAG[,TAG...]"
         if self.kind == "str":
-            return "TEXT"                      # one value, also in a sweep
+            return "TEXT"  # one value, also in a sweep
         base = {"int": "N", "float": "X", "bool": "BOOL"}[self.kind]
         return base + ("[,...]" if many else "")
 
@@ -138,12 +150,18 @@ class _Field:
 
 def _fields() -> list[_Field]:
     import dataclasses
+
     from hpclab import config
     from hpclab.config import RunConfig
 
-    choices = {"dataset": config.DATASETS, "model": config.MODELS, "optimizer": config.OPTIMIZERS,
-               "lr_scaling": config.LR_SCALINGS, "lr_schedule": config.LR_SCHEDULES,
-               "precision": config.PRECISIONS}
+    choices = {
+        "dataset": config.DATASETS,
+        "model": config.MODELS,
+        "optimizer": config.OPTIMIZERS,
+        "lr_scaling": config.LR_SCALINGS,
+        "lr_schedule": config.LR_SCHEDULES,
+        "precision": config.PRECISIONS,
+    }
     hints = typing.get_type_hints(RunConfig)
     comments = _field_comments()
     out = []
@@ -164,8 +182,9 @@ def _fields() -> list[_Field]:
             kind = "strings"
         else:
             kind = "str"
-        out.append(_Field(f.name, kind, default, tuple(choices.get(f.name, ())),
-                          comments.get(f.name, "")))
+        out.append(
+            _Field(f.name, kind, default, tuple(choices.get(f.name, ())), comments.get(f.name, ""))
+        )
     return out
 
 
@@ -189,8 +208,7 @@ def _convert(field: _Field, text: str) -> Any:
         raise argparse.ArgumentTypeError(f"{text!r} is not {kind}") from None
     if field.kind == "choice":
         if text not in field.choices:
-            raise argparse.ArgumentTypeError(
-                f"{text!r} is not one of {', '.join(field.choices)}")
+            raise argparse.ArgumentTypeError(f"{text!r} is not one of {', '.join(field.choices)}")
         return text
     if field.kind == "bool":
         if text.lower() in _TRUE:
@@ -206,7 +224,8 @@ def _convert(field: _Field, text: str) -> Any:
             shape = ()
         if len(shape) != 3:
             raise argparse.ArgumentTypeError(
-                f"{text!r} is not an image shape: give height, width and channels, e.g. 32,32,3")
+                f"{text!r} is not an image shape: give height, width and channels, e.g. 32,32,3"
+            )
         return shape
     if field.kind == "strings":
         return tuple(t.strip() for t in text.split(",") if t.strip())
@@ -222,7 +241,7 @@ def _many(field: _Field) -> Callable[[str], list]:
 
     def parse(text: str) -> list:
         if field.kind in ("strings", "str"):
-            return [_convert(field, text)]           # a name / a tag list is one value, not swept
+            return [_convert(field, text)]  # a name / a tag list is one value, not swept
         if field.kind == "shape" and "x" not in text:
             return [_convert(field, text)]
         items = [t for t in text.split(",") if t.strip()]
@@ -235,30 +254,55 @@ def _many(field: _Field) -> Callable[[str], list]:
 
 def _add_field_options(parser: argparse.ArgumentParser, *, many: bool) -> None:
     group = parser.add_argument_group(
-        "run configuration (hpclab.RunConfig fields)" if not many else
-        "run configuration (hpclab.RunConfig fields; comma-separated values are swept)")
+        "run configuration (hpclab.RunConfig fields)"
+        if not many
+        else "run configuration (hpclab.RunConfig fields; comma-separated values are swept)"
+    )
     for f in _fields():
         help_text = f"{f.help} (default: {f.default_text()})".replace("%", "%%")
         if f.kind == "bool":
             if many:
-                group.add_argument(f.option, dest=f.dest, nargs="?", const=[True], type=_many(f),
-                                   default=argparse.SUPPRESS, metavar="true,false",
-                                   help=help_text[:-1] + f"; --no-{f.option[2:]} for false, "
-                                        "true,false to sweep both)")
+                group.add_argument(
+                    f.option,
+                    dest=f.dest,
+                    nargs="?",
+                    const=[True],
+                    type=_many(f),
+                    default=argparse.SUPPRESS,
+                    metavar="true,false",
+                    help=help_text[:-1] + f"; --no-{f.option[2:]} for false, "
+                    "true,false to sweep both)",
+                )
             else:
-                group.add_argument(f.option, dest=f.dest, action=argparse.BooleanOptionalAction,
-                                   default=argparse.SUPPRESS, help=help_text)
+                group.add_argument(
+                    f.option,
+                    dest=f.dest,
+                    action=argparse.BooleanOptionalAction,
+                    default=argparse.SUPPRESS,
+                    help=help_text,
+                )
                 continue
-            group.add_argument("--no-" + f.option[2:], dest=f.dest, action="store_const",
-                               const=[False], default=argparse.SUPPRESS,
-                               help=argparse.SUPPRESS)
+            group.add_argument(
+                "--no-" + f.option[2:],
+                dest=f.dest,
+                action="store_const",
+                const=[False],
+                default=argparse.SUPPRESS,
+                help=argparse.SUPPRESS,
+            )
             continue
-        group.add_argument(f.option, dest=f.dest, type=_many(f) if many else _one(f),
-                           default=argparse.SUPPRESS, metavar=f.metavar(many), help=help_text)
+        group.add_argument(
+            f.option,
+            dest=f.dest,
+            type=_many(f) if many else _one(f),
+            default=argparse.SUPPRESS,
+            metavar=f.metavar(many),
+            help=help_text,
+        )
 
 
 def _field_values(args: argparse.Namespace) -> dict[str, Any]:
-    return {k[len("field_"):]: v for k, v in vars(args).items() if k.startswith("field_")}
+    return {k[len("field_") :]: v for k, v in vars(args).items() if k.startswith("field_")}
 
 
 def _positive_int(text: str) -> int:
@@ -281,47 +325,82 @@ def _positive_ints(text: str) -> list[int]:
 def _add_lab_options(parser: argparse.ArgumentParser, *, many: bool) -> None:
     group = parser.add_argument_group("lab")
     if many:
-        group.add_argument("--workers", type=_positive_ints, default=[2], metavar="N[,N...]",
-                           help="MPI workers (Horovod ranks); several sizes restart the engines "
-                                "between them (default: 2)")
+        group.add_argument(
+            "--workers",
+            type=_positive_ints,
+            default=[2],
+            metavar="N[,N...]",
+            help="MPI workers (Horovod ranks); several sizes restart the engines "
+            "between them (default: 2)",
+        )
     else:
-        group.add_argument("--workers", type=_positive_int, default=2, metavar="N",
-                           help="MPI workers (Horovod ranks) (default: 2)")
-    group.add_argument("--threads-per-worker", type=_positive_int, default=1, metavar="N",
-                       help="CPU threads per worker (default: 1)")
-    group.add_argument("--runs-dir", type=Path, default=None, metavar="DIR",
-                       help="where runs are recorded (default: $HPCLAB_RUNS or <checkout>/runs)")
-    group.add_argument("--data-dir", type=Path, default=None, metavar="DIR",
-                       help="generated and staged datasets (default: $HPCLAB_DATA or "
-                            "<checkout>/data)")
+        group.add_argument(
+            "--workers",
+            type=_positive_int,
+            default=2,
+            metavar="N",
+            help="MPI workers (Horovod ranks) (default: 2)",
+        )
+    group.add_argument(
+        "--threads-per-worker",
+        type=_positive_int,
+        default=1,
+        metavar="N",
+        help="CPU threads per worker (default: 1)",
+    )
+    group.add_argument(
+        "--runs-dir",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="where runs are recorded (default: $HPCLAB_RUNS or <checkout>/runs)",
+    )
+    group.add_argument(
+        "--data-dir",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="generated and staged datasets (default: $HPCLAB_DATA or <checkout>/data)",
+    )
 
 
 def _lab_dirs(args: argparse.Namespace) -> tuple[Path, Path]:
     from hpclab import paths
+
     return (args.runs_dir or paths.runs_dir(), args.data_dir or paths.data_dir())
 
 
 def _start_lab(args: argparse.Namespace, workers: int):
-    from hpclab.cluster import Lab
+    from hpclab.lab import Lab
+
     runs_dir, data_dir = _lab_dirs(args)
-    return Lab(workers=workers, threads_per_worker=args.threads_per_worker, runs_dir=runs_dir,
-               data_dir=data_dir)
+    return Lab(
+        workers=workers,
+        threads_per_worker=args.threads_per_worker,
+        runs_dir=runs_dir,
+        data_dir=data_dir,
+    )
 
 
 # ---------------------------------------------------------------------------------------------
 # hpclab run
 # ---------------------------------------------------------------------------------------------
 
+
 def _run_configure(parser: argparse.ArgumentParser) -> None:
-    parser.epilog = ("exit status: 0 finished, 1 failed or stopped, 2 usage mistake, "
-                     "3 diverged (the loss became NaN/inf), 130 interrupted by Ctrl-C "
-                     "(the run is stopped and its record kept)")
+    parser.epilog = (
+        "exit status: 0 finished, 1 failed or stopped, 2 usage mistake, "
+        "3 diverged (the loss became NaN/inf), 130 interrupted by Ctrl-C "
+        "(the run is stopped and its record kept)"
+    )
     _add_field_options(parser, many=False)
     _add_lab_options(parser, many=False)
     out = parser.add_argument_group("output")
-    out.add_argument("--json", action="store_true",
-                     help="print the summary as ONE JSON line on stdout (everything else goes "
-                          "to stderr)")
+    out.add_argument(
+        "--json",
+        action="store_true",
+        help="print the summary as ONE JSON line on stdout (everything else goes to stderr)",
+    )
     out.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
 
 
@@ -332,14 +411,16 @@ class _Progress:
         self.enabled, self.total_steps = enabled, total_steps
         self.bar = None
         self.epochs_seen = 0
-        self._lock = threading.Lock()   # called from the run's monitor thread and at the end
+        self._lock = threading.Lock()  # called from the run's monitor thread and at the end
 
     def start(self) -> None:
         """Once the run has started (so the bar's clock does not count the engines' start-up)."""
         if self.enabled and sys.stderr.isatty():
             from tqdm import tqdm
-            self.bar = tqdm(total=self.total_steps, unit="step", file=sys.stderr,
-                            dynamic_ncols=True, leave=True)
+
+            self.bar = tqdm(
+                total=self.total_steps, unit="step", file=sys.stderr, dynamic_ncols=True, leave=True
+            )
 
     def __call__(self, run) -> None:  # Run.on_update: from the run's monitor thread
         with self._lock:
@@ -349,24 +430,31 @@ class _Progress:
         if not self.enabled:
             return
         if sys.stderr.isatty():
-            bar = self.bar   # close() may run meanwhile on the main thread
+            bar = self.bar  # close() may run meanwhile on the main thread
             history = run.history
             if bar is None or history.empty:
                 return
             last = history.iloc[-1]
             bar.n = int(_num(last.get("step"), 0))
-            bar.set_postfix({"loss": f"{_num(last.get('loss')):.3g}",
-                             "samples/s": f"{_num(last.get('samples_per_sec')):,.0f}",
-                             "lr": f"{_num(last.get('lr')):.3g}"}, refresh=False)
+            bar.set_postfix(
+                {
+                    "loss": f"{_num(last.get('loss')):.3g}",
+                    "samples/s": f"{_num(last.get('samples_per_sec')):,.0f}",
+                    "lr": f"{_num(last.get('lr')):.3g}",
+                },
+                refresh=False,
+            )
             bar.refresh()
         else:
             epochs = run.epochs
-            for _, row in epochs.iloc[self.epochs_seen:].iterrows():
-                _say(f"  epoch {int(_num(row.get('epoch'), 0))}: "
-                     f"step {int(_num(row.get('step'), 0))}, "
-                     f"loss {_num(row.get('loss')):.4g}, "
-                     f"val_acc {_num(row.get('val_accuracy')):.3f}, "
-                     f"{_num(row.get('samples_per_sec')):,.0f} samples/s")
+            for _, row in epochs.iloc[self.epochs_seen :].iterrows():
+                _say(
+                    f"  epoch {int(_num(row.get('epoch'), 0))}: "
+                    f"step {int(_num(row.get('step'), 0))}, "
+                    f"loss {_num(row.get('loss')):.4g}, "
+                    f"val_acc {_num(row.get('val_accuracy')):.3f}, "
+                    f"{_num(row.get('samples_per_sec')):,.0f} samples/s"
+                )
             self.epochs_seen = len(epochs)
 
     def close(self, run=None) -> None:
@@ -395,12 +483,14 @@ def _run_run(args: argparse.Namespace) -> int:
 
     cfg = RunConfig(**_field_values(args))
     workers = args.workers
-    d = cfg.derived(workers)           # validates workers against the config (ConfigError)
+    d = cfg.derived(workers)  # validates workers against the config (ConfigError)
     runs_dir, data_dir = _lab_dirs(args)
     check_staged(cfg, data_dir)
-    _say(f"hpclab run: {cfg.label()} ×{workers}: global batch {d['global_batch']}, peak lr "
-         f"{d['peak_lr']:.4g}, {d['steps_per_epoch']} steps/epoch, {d['total_steps']} steps, "
-         f"{d['warmup_steps']} warm-up steps")
+    _say(
+        f"hpclab run: {cfg.label()} ×{workers}: global batch {d['global_batch']}, peak lr "
+        f"{d['peak_lr']:.4g}, {d['steps_per_epoch']} steps/epoch, {d['total_steps']} steps, "
+        f"{d['warmup_steps']} warm-up steps"
+    )
     progress = _Progress(d["total_steps"], enabled=not args.no_progress)
     interrupted = False
     # Everything the lab prints goes to stderr, so stdout carries only the result.
@@ -420,20 +510,28 @@ def _run_run(args: argparse.Namespace) -> int:
                     run.stop(timeout=15)
                     _wait_quietly(run, timeout=15)
                 except KeyboardInterrupt:
-                    _say("hpclab run: interrupted again; the engines are shut down without "
-                         "waiting for the run.")
+                    _say(
+                        "hpclab run: interrupted again; the engines are shut down without "
+                        "waiting for the run."
+                    )
             finally:
                 progress.close(None if interrupted else run)
     summary = dict(run.summary) or {"run_id": run.run_id, "status": run.status}
     summary.setdefault("path", str(run.path))
     status = run.status
     if args.json:
-        print(json.dumps(_jsonable(summary), sort_keys=True), flush=True)
+        print(jsonio.dumps(summary, sort_keys=True), flush=True)
     acc = summary.get("val_accuracy")
-    line = (f"hpclab run: {status}" + (f", val_accuracy {acc:.4f}" if acc is not None else "")
-            + (f", {summary['samples_per_sec']:,.0f} samples/s"
-               if summary.get("samples_per_sec") else "")
-            + f" — {run.path}")
+    line = (
+        f"hpclab run: {status}"
+        + (f", val_accuracy {acc:.4f}" if acc is not None else "")
+        + (
+            f", {summary['samples_per_sec']:,.0f} samples/s"
+            if summary.get("samples_per_sec")
+            else ""
+        )
+        + f" — {run.path}"
+    )
     if status in ("failed", "diverged") and run.error:
         line += f"\nhpclab run: {run.error}"
     print(line, file=sys.stderr if args.json else sys.stdout, flush=True)
@@ -444,44 +542,37 @@ def _run_run(args: argparse.Namespace) -> int:
 
 def _wait_quietly(run, timeout: float | None = None) -> None:
     """Wait for the run to end, whatever its outcome (the status says what happened)."""
-    from hpclab.run import RunFailed
+    from hpclab.errors import RunFailed
+
     try:
         run.wait(timeout)
     except (RunFailed, TimeoutError):
         pass
 
 
-def _jsonable(value: Any) -> Any:
-    """Strict JSON: NaN/inf become null (json.dumps would write NaN, which is not JSON)."""
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
-        try:
-            return _jsonable(value.item())
-        except (TypeError, ValueError):
-            pass
-    return value
-
-
 # ---------------------------------------------------------------------------------------------
 # hpclab sweep
 # ---------------------------------------------------------------------------------------------
 
+
 def _sweep_configure(parser: argparse.ArgumentParser) -> None:
-    parser.epilog = ("Every combination of the comma-separated values is one run; all are "
-                     "validated before the first starts. Combinations already finished in "
-                     "--runs-dir are skipped, so re-running a sweep resumes it. exit status: 0 "
-                     "every point ran to its end (diverged ones included), 1 a point failed, "
-                     "2 usage mistake, 130 Ctrl-C.")
+    parser.epilog = (
+        "Every combination of the comma-separated values is one run; all are "
+        "validated before the first starts. Combinations already finished in "
+        "--runs-dir are skipped, so re-running a sweep resumes it. exit status: 0 "
+        "every point ran to its end (diverged ones included), 1 a point failed, "
+        "2 usage mistake, 130 Ctrl-C."
+    )
     _add_field_options(parser, many=True)
     _add_lab_options(parser, many=True)
     out = parser.add_argument_group("output")
-    out.add_argument("--report", type=Path, default=None, metavar="PATH",
-                     help="write a self-contained HTML report of the sweep's runs here at the end")
+    out.add_argument(
+        "--report",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="write a self-contained HTML report of the sweep's runs here at the end",
+    )
     out.add_argument("--title", default="hpclab sweep", help="title of the report")
 
 
@@ -495,22 +586,27 @@ def _run_sweep(args: argparse.Namespace) -> int:
     cfg = RunConfig(**fixed)
     runs_dir, data_dir = _lab_dirs(args)
     grid["workers"] = args.workers
-    points = sweep.plan(cfg, runs_dir, current_workers=args.workers[0], data_dir=data_dir,
-                        **grid)
+    points = sweep.plan(cfg, runs_dir, current_workers=args.workers[0], data_dir=data_dir, **grid)
     pending = [p for p in points if p.finished is None]
-    print(f"hpclab sweep: {len(points)} run(s), {len(points) - len(pending)} already recorded, "
-          f"recording to {runs_dir}", flush=True)
+    print(
+        f"hpclab sweep: {len(points)} run(s), {len(points) - len(pending)} already recorded, "
+        f"recording to {runs_dir}",
+        flush=True,
+    )
     t0 = time.perf_counter()
     if pending:
         try:
             with _start_lab(args, pending[0].workers) as lab:
                 records = sweep.run_sweep(lab, cfg, **grid)
         except KeyboardInterrupt:
-            _say("\nhpclab sweep: interrupted; the current run was stopped and recorded. Run the "
-                 "same command again to resume.")
+            _say(
+                "\nhpclab sweep: interrupted; the current run was stopped and recorded. Run the "
+                "same command again to resume."
+            )
             return EXIT_CODES["interrupted"]
     else:
         from hpclab.runs import load_run
+
         printer = sweep.PrintProgress(keys=[k for k in grid if k != "workers"])
         records = []
         for i, p in enumerate(points, start=1):
@@ -518,10 +614,14 @@ def _run_sweep(args: argparse.Namespace) -> int:
             printer.end(i, len(points), p, record, "skipped")
             records.append(record)
     statuses = [r.status for r in records]
-    print(f"hpclab sweep: done in {time.perf_counter() - t0:.0f} s: "
-          + ", ".join(f"{statuses.count(s)} {s}" for s in dict.fromkeys(statuses)), flush=True)
+    print(
+        f"hpclab sweep: done in {time.perf_counter() - t0:.0f} s: "
+        + ", ".join(f"{statuses.count(s)} {s}" for s in dict.fromkeys(statuses)),
+        flush=True,
+    )
     if args.report is not None:
-        from hpclab.report import write_report
+        from hpclab.views.report import write_report
+
         path = write_report(records, args.report, title=args.title)
         print(f"hpclab sweep: report written to {path}", flush=True)
     return EXIT_CODES["failed"] if "failed" in statuses or "stopped" in statuses else 0
@@ -531,11 +631,23 @@ def _run_sweep(args: argparse.Namespace) -> int:
 # hpclab report / hpclab runs
 # ---------------------------------------------------------------------------------------------
 
+
 def _report_configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("paths", nargs="+", type=Path, metavar="RUN_DIR",
-                        help="run folders, or a runs root (every run recorded under it)")
-    parser.add_argument("-o", "--output", type=Path, default=Path("report.html"), metavar="FILE",
-                        help="the HTML file to write (default: report.html)")
+    parser.add_argument(
+        "paths",
+        nargs="+",
+        type=Path,
+        metavar="RUN_DIR",
+        help="run folders, or a runs root (every run recorded under it)",
+    )
+    parser.add_argument(
+        "-o",
+        "--output",
+        type=Path,
+        default=Path("report.html"),
+        metavar="FILE",
+        help="the HTML file to write (default: report.html)",
+    )
     parser.add_argument("--title", default="hpclab report", help="title of the report")
 
 
@@ -547,19 +659,23 @@ def run_folders(paths: Sequence[Path]) -> list[Path]:
             found.append(path)
             continue
         if not path.is_dir():
-            raise FileNotFoundError(f"{path} does not exist; give run folders (runs/<run_id>) or "
-                                    "a runs root such as runs/.")
+            raise FileNotFoundError(
+                f"{path} does not exist; give run folders (runs/<run_id>) or "
+                "a runs root such as runs/."
+            )
         inside = sorted(p.parent for p in path.glob("*/config.json"))
         if not inside:
-            raise FileNotFoundError(f"{path} is neither an hpclab run folder (no config.json) nor "
-                                    "a runs root with run folders in it.")
+            raise FileNotFoundError(
+                f"{path} is neither an hpclab run folder (no config.json) nor "
+                "a runs root with run folders in it."
+            )
         found.extend(inside)
     return list(dict.fromkeys(found))
 
 
 def _report_run(args: argparse.Namespace) -> int:
-    from hpclab.report import write_report
     from hpclab.runs import load_run
+    from hpclab.views.report import write_report
 
     records = [load_run(p) for p in run_folders(args.paths)]
     path = write_report(records, args.output, title=args.title)
@@ -568,8 +684,13 @@ def _report_run(args: argparse.Namespace) -> int:
 
 
 def _runs_configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--runs-dir", type=Path, default=None, metavar="DIR",
-                        help="where runs are recorded (default: $HPCLAB_RUNS or <checkout>/runs)")
+    parser.add_argument(
+        "--runs-dir",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="where runs are recorded (default: $HPCLAB_RUNS or <checkout>/runs)",
+    )
 
 
 def _fmt(value: Any, fmt: str) -> str:
@@ -589,16 +710,23 @@ def _runs_run(args: argparse.Namespace) -> int:
 
     root = args.runs_dir or paths.runs_dir()
     if args.runs_dir is not None and not root.is_dir():
-        raise FileNotFoundError(f"{root} does not exist; give the folder your runs are recorded "
-                                "in (--runs-dir).")
+        raise FileNotFoundError(
+            f"{root} does not exist; give the folder your runs are recorded in (--runs-dir)."
+        )
     df = list_runs(root)
     if df.empty:
         print(f"no runs recorded in {root}")
         return 0
-    columns = [("run_id", "run_id", "s"), ("status", "status", "s"), ("label", "label", "s"),
-               ("workers", "workers", "d"), ("global_batch", "batch", "d"),
-               ("val_accuracy", "val_acc", ".3f"), ("samples_per_sec", "samples/s", ",.0f"),
-               ("wall_time_s", "wall_s", ".1f")]
+    columns = [
+        ("run_id", "run_id", "s"),
+        ("status", "status", "s"),
+        ("label", "label", "s"),
+        ("workers", "workers", "d"),
+        ("global_batch", "batch", "d"),
+        ("val_accuracy", "val_acc", ".3f"),
+        ("samples_per_sec", "samples/s", ",.0f"),
+        ("wall_time_s", "wall_s", ".1f"),
+    ]
     rows = []
     for _, r in df.iterrows():
         row = r.to_dict()
@@ -609,8 +737,9 @@ def _runs_run(args: argparse.Namespace) -> int:
     right = {i for i, (_, _, fmt) in enumerate(columns) if fmt != "s"}
 
     def line(cells):
-        return "  ".join(c.rjust(w) if i in right else c.ljust(w)
-                         for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+        return "  ".join(
+            c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))
+        ).rstrip()
 
     print(line(header))
     for row in rows:
@@ -622,6 +751,7 @@ def _runs_run(args: argparse.Namespace) -> int:
 def _label_of(row: dict) -> str:
     """The run's legend label (`b256 linear+wu1 ×2`), read from its config.json only."""
     from hpclab.config import RunConfig
+
     try:
         meta = json.loads((Path(row["path"]) / "config.json").read_text())
         return f"{RunConfig.from_dict(meta['config']).label()} ×{meta['workers']}"
@@ -679,9 +809,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     exit status 2; a run that failed (RunFailed) as one sentence and status 1. Anything else is a
     bug in hpclab and keeps its traceback.
     """
-    from hpclab.cluster import LabError
-    from hpclab.config import ConfigError
-    from hpclab.run import RunFailed
+    from hpclab.errors import ConfigError, LabError, RunFailed
 
     parser = build_parser()
     args = parser.parse_args(argv)

@@ -1,6 +1,6 @@
 """The code that runs on every MPI rank: Horovod set-up and one training run.
 
-Nothing here is called on the client. `hpclab.cluster.Lab` calls :func:`init_worker` once per
+Nothing here is called on the client. `hpclab.lab.Lab` calls :func:`init_worker` once per
 engine process, then :func:`train` once per run, with plain dicts only. Lines that exist only
 for distribution say so (`# Horovod: ...`), the way Horovod's own examples do.
 
@@ -23,11 +23,22 @@ import platform
 import time
 from pathlib import Path
 
-_STATE: dict = {}   # per engine process: what init_worker set up (threads can be set only once)
+_STATE: dict = {}  # per engine process: what init_worker set up (threads can be set only once)
 
 # Telemetry vector each rank contributes per call (one allgather carries them all).
-_FIELDS = ("loss_sum", "correct", "count", "small_sq", "big_sq", "stop", "nonfinite",
-           "prev_sps", "prev_input_s", "prev_compute_s", "prev_steps")
+_FIELDS = (
+    "loss_sum",
+    "correct",
+    "count",
+    "small_sq",
+    "big_sq",
+    "stop",
+    "nonfinite",
+    "prev_sps",
+    "prev_input_s",
+    "prev_compute_s",
+    "prev_steps",
+)
 _F = {name: i for i, name in enumerate(_FIELDS)}
 
 
@@ -36,8 +47,8 @@ def init_worker(threads: int = 1) -> dict:
     if _STATE.get("initialised"):
         return dict(_STATE["identity"])
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    import tensorflow as tf
     import horovod.tensorflow as hvd
+    import tensorflow as tf
 
     # Thread pools can only be sized before TensorFlow's runtime starts, hence here and once.
     tf.config.threading.set_intra_op_parallelism_threads(threads)
@@ -50,32 +61,44 @@ def init_worker(threads: int = 1) -> dict:
         tf.config.experimental.set_memory_growth(gpu, True)
     if gpus:
         tf.config.set_visible_devices(gpus[hvd.local_rank() % len(gpus)], "GPU")
-    identity = {"rank": hvd.rank(), "size": hvd.size(), "local_rank": hvd.local_rank(),
-                "pid": os.getpid(), "host": platform.node(), "threads": threads,
-                "gpus": len(gpus)}
+    identity = {
+        "rank": hvd.rank(),
+        "size": hvd.size(),
+        "local_rank": hvd.local_rank(),
+        "pid": os.getpid(),
+        "host": platform.node(),
+        "threads": threads,
+        "gpus": len(gpus),
+    }
     _STATE.update(initialised=True, identity=identity)
     return dict(identity)
 
 
 def versions() -> dict:
+    import horovod
     import keras
     import numpy as np
     import tensorflow as tf
-    import horovod
     from mpi4py import MPI
-    return {"python": platform.python_version(), "tensorflow": tf.__version__,
-            "keras": keras.__version__, "horovod": horovod.__version__, "numpy": np.__version__,
-            "mpi": MPI.Get_library_version().splitlines()[0].strip()}
+
+    return {
+        "python": platform.python_version(),
+        "tensorflow": tf.__version__,
+        "keras": keras.__version__,
+        "horovod": horovod.__version__,
+        "numpy": np.__version__,
+        "mpi": MPI.Get_library_version().splitlines()[0].strip(),
+    }
 
 
 def allreduce_check() -> dict:
     """Doctor helper: allreduce rank+1 over all ranks (expects n(n+1)/2 everywhere)."""
-    import tensorflow as tf
     import horovod.tensorflow as hvd
+    import tensorflow as tf
+
     t0 = time.perf_counter()
     total = hvd.allreduce(tf.constant(float(hvd.rank() + 1)), op=hvd.Sum)
-    return {"rank": hvd.rank(), "value": float(total.numpy()),
-            "seconds": time.perf_counter() - t0}
+    return {"rank": hvd.rank(), "value": float(total.numpy()), "seconds": time.perf_counter() - t0}
 
 
 def train(cfg_dict: dict, run_dir: str, data_dir: str) -> dict:
@@ -92,6 +115,7 @@ def train(cfg_dict: dict, run_dir: str, data_dir: str) -> dict:
 class _Trainer:
     def __init__(self, cfg_dict: dict, run_dir: Path, data_dir: Path):
         from hpclab.config import RunConfig
+
         self.cfg = RunConfig.from_dict(cfg_dict)
         self.cfg_dict = self.cfg.to_dict()
         self.run_dir, self.data_dir = run_dir, data_dir
@@ -99,10 +123,12 @@ class _Trainer:
 
     # -- set-up ----------------------------------------------------------------------------
     def _setup(self) -> None:
+        import horovod.tensorflow as hvd
         import numpy as np
         import tensorflow as tf
-        import horovod.tensorflow as hvd
-        from hpclab import data, models, optimizers, scaling
+
+        from hpclab import scaling
+        from hpclab.rank import data, models, optimizers
 
         cfg = self.cfg
         self.tf, self.hvd, self.np = tf, hvd, np
@@ -124,26 +150,43 @@ class _Trainer:
         B = cfg.batch_per_worker
         if cfg.dataset == "synthetic":
             self.train_ds = data.synthetic_train_dataset(
-                image_shape=tuple(cfg.image_shape), num_classes=self.num_classes, batch=B,
-                steps_per_epoch=self.steps_per_epoch, steps_per_call=cfg.steps_per_call,
-                epochs=epochs_needed, seed=cfg.seed + self.rank)
+                image_shape=tuple(cfg.image_shape),
+                num_classes=self.num_classes,
+                batch=B,
+                steps_per_epoch=self.steps_per_epoch,
+                steps_per_call=cfg.steps_per_call,
+                epochs=epochs_needed,
+                seed=cfg.seed + self.rank,
+            )
             self.val_ds = None
         else:
             # Horovod: each rank trains on its own shard of the training set.
             x, y = data.shard(arrays.x_train, arrays.y_train, self.rank, self.world)
             self.train_ds = data.train_dataset(
-                x, y, batch=B, steps_per_epoch=self.steps_per_epoch,
-                steps_per_call=cfg.steps_per_call, epochs=epochs_needed, seed=cfg.seed,
-                rank=self.rank)
+                x,
+                y,
+                batch=B,
+                steps_per_epoch=self.steps_per_epoch,
+                steps_per_call=cfg.steps_per_call,
+                epochs=epochs_needed,
+                seed=cfg.seed,
+                rank=self.rank,
+            )
             xv, yv = data.shard(arrays.x_val, arrays.y_val, self.rank, self.world)
             self.val_ds = data.eval_dataset(xv, yv, batch=max(B, 256))
 
         self.model = models.build_model(cfg.model, self.input_shape, self.num_classes, cfg.seed)
         lr_table = scaling.lr_schedule_array(
-            self.total_steps, base_lr=cfg.base_lr, peak_lr=cfg.peak_lr(self.world),
-            warmup_steps=cfg.warmup_steps(self.world), schedule=cfg.lr_schedule)
+            self.total_steps,
+            base_lr=cfg.base_lr,
+            peak_lr=cfg.peak_lr(self.world),
+            warmup_steps=cfg.warmup_steps(self.world),
+            schedule=cfg.lr_schedule,
+        )
         self.lr_table = lr_table
-        self.optimizer = optimizers.build_optimizer(self.cfg_dict, optimizers.TableSchedule(lr_table))
+        self.optimizer = optimizers.build_optimizer(
+            self.cfg_dict, optimizers.TableSchedule(lr_table)
+        )
         self.loss_scaled = cfg.precision == "mixed_float16"
         self.inner_opt = self.optimizer.inner_optimizer if self.loss_scaled else self.optimizer
         self.inner_opt.build(self.model.trainable_variables)
@@ -181,7 +224,7 @@ class _Trainer:
             # Horovod: average gradients over ranks (one fused, grouped allreduce).
             grads = hvd.grouped_allreduce(grads, op=hvd.Average, compression=self.compression)
             if self.track_noise:
-                big_sq += tf.square(tf.linalg.global_norm(grads))    # |G_big|², after allreduce
+                big_sq += tf.square(tf.linalg.global_norm(grads))  # |G_big|², after allreduce
             self.optimizer.apply_gradients(zip(grads, variables))
             loss_sum += loss
             pred = tf.argmax(logits, axis=-1, output_type=y.dtype)
@@ -189,8 +232,15 @@ class _Trainer:
         k = float(xs.shape[0])
         count = k * float(xs.shape[1])
         nonfinite = 1.0 - tf.cast(tf.math.is_finite(loss_sum), tf.float32)
-        mine = tf.concat([tf.stack([loss_sum, correct, tf.constant(count), small_sq, big_sq,
-                                    host[0], nonfinite]), host[1:]], axis=0)
+        mine = tf.concat(
+            [
+                tf.stack(
+                    [loss_sum, correct, tf.constant(count), small_sq, big_sq, host[0], nonfinite]
+                ),
+                host[1:],
+            ],
+            axis=0,
+        )
         # Horovod: every rank learns every rank's telemetry and flags (same decisions everywhere).
         return hvd.allgather(mine[None, :], name="hpclab_telemetry")
 
@@ -217,8 +267,9 @@ class _Trainer:
     def run(self) -> dict:
         wall0 = time.time()
         self._setup()
-        from hpclab.metrics import NoiseScale, throughput_stats
         from ipyparallel.datapub import publish_data
+
+        from hpclab.metrics import NoiseScale, throughput_stats
 
         tf, np, cfg = self.tf, self.np, self.cfg
         B, world = cfg.batch_per_worker, self.world
@@ -229,19 +280,28 @@ class _Trainer:
         window_rank_samples = np.zeros(world)
         window_rank_time = np.zeros(world)
         window_steps, window_t0 = 0, None
-        epoch_acc = np.zeros(3)     # loss_sum, correct, count over the epoch (all ranks)
+        epoch_acc = np.zeros(3)  # loss_sum, correct, count over the epoch (all ranks)
         epoch_t0 = None
         step, status, error = 0, "finished", None
-        prev = np.zeros(4)          # prev_sps, prev_input_s, prev_compute_s, prev_steps
+        prev = np.zeros(4)  # prev_sps, prev_input_s, prev_compute_s, prev_steps
         last_publish = 0.0
         seq = 0
 
         def publish_now(state: str) -> None:
             nonlocal seq
             seq += 1
-            publish_data({"hpclab": {"seq": seq, "state": state, "rows": rows[-200:],
-                                     "epochs": epochs, "step": step,
-                                     "total_steps": self.total_steps}})
+            publish_data(
+                {
+                    "hpclab": {
+                        "seq": seq,
+                        "state": state,
+                        "rows": rows[-200:],
+                        "epochs": epochs,
+                        "step": step,
+                        "total_steps": self.total_steps,
+                    }
+                }
+            )
 
         t_start = time.perf_counter()
         iterator = self.iterator = iter(self.train_ds)  # kept: see train()
@@ -256,7 +316,7 @@ class _Trainer:
                 xs, ys = xs[:k], ys[:k]
             stop_flag = 1.0 if self.stop_file.exists() else 0.0
             host = tf.constant([stop_flag, *prev], dtype=tf.float32)
-            gathered = self.train_call(xs, ys, host).numpy()     # [world, fields]; syncs
+            gathered = self.train_call(xs, ys, host).numpy()  # [world, fields]; syncs
             t2 = time.perf_counter()
             step += k
             prev = np.array([k * B / (t2 - t0), t1 - t0, t2 - t1, k])
@@ -276,17 +336,32 @@ class _Trainer:
             if noise is not None:
                 noise.update(gathered[:, _F["small_sq"]].mean() / k, gathered[0, _F["big_sq"]] / k)
             if gathered[:, _F["nonfinite"]].any():
-                status, error = "diverged", (f"the loss became NaN or infinite at step {step} "
-                                             f"(lr {float(self.lr_table[step - 1]):.4g}); lower "
-                                             "base_lr, add warm-up, or use LARS")
+                status, error = (
+                    "diverged",
+                    (
+                        f"the loss became NaN or infinite at step {step} "
+                        f"(lr {float(self.lr_table[step - 1]):.4g}); lower "
+                        "base_lr, add warm-up, or use LARS"
+                    ),
+                )
             elif gathered[:, _F["stop"]].any():
                 status = "stopped"
             epoch_end = step % self.steps_per_epoch == 0 or step >= self.total_steps
             now = time.perf_counter()
-            if publish and (now - last_publish >= cfg.publish_every_s or epoch_end
-                            or status != "finished"):
-                rows.append(self._row(step, now - t_start, window, window_steps,
-                                      window_rank_samples, window_rank_time, noise))
+            if publish and (
+                now - last_publish >= cfg.publish_every_s or epoch_end or status != "finished"
+            ):
+                rows.append(
+                    self._row(
+                        step,
+                        now - t_start,
+                        window,
+                        window_steps,
+                        window_rank_samples,
+                        window_rank_time,
+                        noise,
+                    )
+                )
                 window[:] = 0
                 window_rank_samples[:] = 0
                 window_rank_time[:] = 0
@@ -296,15 +371,19 @@ class _Trainer:
             if epoch_end:
                 val_loss, val_acc = self._validate()
                 epoch_time = time.perf_counter() - epoch_t0
-                epochs.append({
-                    "epoch": len(epochs) + 1, "step": step,
-                    "time_s": time.perf_counter() - t_start,
-                    "loss": epoch_acc[0] / max(1.0, epoch_acc[2] / B),
-                    "accuracy": epoch_acc[1] / max(1.0, epoch_acc[2]),
-                    "val_loss": val_loss, "val_accuracy": val_acc,
-                    "lr": float(self.lr_table[step - 1]),
-                    "samples_per_sec": epoch_acc[2] / epoch_time if epoch_time > 0 else None,
-                })
+                epochs.append(
+                    {
+                        "epoch": len(epochs) + 1,
+                        "step": step,
+                        "time_s": time.perf_counter() - t_start,
+                        "loss": epoch_acc[0] / max(1.0, epoch_acc[2] / B),
+                        "accuracy": epoch_acc[1] / max(1.0, epoch_acc[2]),
+                        "val_loss": val_loss,
+                        "val_accuracy": val_acc,
+                        "lr": float(self.lr_table[step - 1]),
+                        "samples_per_sec": epoch_acc[2] / epoch_time if epoch_time > 0 else None,
+                    }
+                )
                 epoch_acc[:] = 0
                 epoch_t0 = time.perf_counter()
             if publish and (now - last_publish >= cfg.publish_every_s or epoch_end):
@@ -318,19 +397,30 @@ class _Trainer:
         stats = throughput_stats(call_rates, skip=skip)
         last_epoch = epochs[-1] if epochs else {}
         summary = {
-            "status": status, "error": error, "rank": self.rank, "world_size": world,
-            "steps": step, "epochs_done": step / self.steps_per_epoch,
-            "global_batch": cfg.global_batch(world), "lr": cfg.peak_lr(world),
+            "status": status,
+            "error": error,
+            "rank": self.rank,
+            "world_size": world,
+            "steps": step,
+            "epochs_done": step / self.steps_per_epoch,
+            "global_batch": cfg.global_batch(world),
+            "lr": cfg.peak_lr(world),
             "precision": cfg.precision,
-            "val_accuracy": last_epoch.get("val_accuracy"), "val_loss": last_epoch.get("val_loss"),
+            "val_accuracy": last_epoch.get("val_accuracy"),
+            "val_loss": last_epoch.get("val_loss"),
             "train_accuracy": last_epoch.get("accuracy"),
-            "samples_per_sec": stats.mean, "samples_per_sec_ci95": stats.ci95,
+            "samples_per_sec": stats.mean,
+            "samples_per_sec_ci95": stats.ci95,
             "throughput_intervals": stats.n,
-            "rank_samples_per_sec": [throughput_stats(col, skip=skip).mean
-                                     for col in np.array(rank_rates).T] if rank_rates else [],
+            "rank_samples_per_sec": [
+                throughput_stats(col, skip=skip).mean for col in np.array(rank_rates).T
+            ]
+            if rank_rates
+            else [],
             "noise_scale": noise.value if noise is not None else None,
             "weights_digest": self._digest(),
-            "train_time_s": train_time, "wall_time_s": time.time() - wall0,
+            "train_time_s": train_time,
+            "wall_time_s": time.time() - wall0,
             "versions": versions(),
         }
         if self.rank == 0:
@@ -344,7 +434,9 @@ class _Trainer:
         rank_sps = [float(s / tt) if tt > 0 else None for s, tt in zip(rank_samples, rank_time)]
         prev_steps = max(window[_F["prev_steps"]], 1.0)
         return {
-            "step": step, "epoch": step / self.steps_per_epoch, "samples": step * B * world,
+            "step": step,
+            "epoch": step / self.steps_per_epoch,
+            "samples": step * B * world,
             "time_s": t,
             "loss": float(window[_F["loss_sum"]] / max(steps * world, 1)),
             "accuracy": float(window[_F["correct"]] / count),

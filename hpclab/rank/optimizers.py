@@ -33,7 +33,7 @@ all of these (biases and normalisation parameters get neither weight decay nor l
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -54,22 +54,32 @@ def _matches(name: str, patterns: Sequence[str]) -> bool:
 class _LayerwiseOptimizer(tf.keras.optimizers.Optimizer):
     """Shared plumbing: own weight-decay coefficient, name exclusions, last trust ratio per var."""
 
-    def __init__(self, name: str, weight_decay: float, exclude_from_weight_decay,
-                 exclude_from_layer_adaptation, **kwargs):
+    def __init__(
+        self,
+        name: str,
+        weight_decay: float,
+        exclude_from_weight_decay,
+        exclude_from_layer_adaptation,
+        **kwargs,
+    ):
         # The base class would apply its own decoupled decay if weight_decay were set: keep None.
         kwargs.pop("weight_decay", None)
         super().__init__(name=name, weight_decay=None, **kwargs)
         self.weight_decay_rate = float(weight_decay)
         self.exclude_from_weight_decay_names = tuple(
-            DEFAULT_EXCLUDE if exclude_from_weight_decay is None else exclude_from_weight_decay)
+            DEFAULT_EXCLUDE if exclude_from_weight_decay is None else exclude_from_weight_decay
+        )
         # Model Garden: the layer-adaptation exclusions default to the weight-decay exclusions.
         self.exclude_from_layer_adaptation_names = tuple(
-            self.exclude_from_weight_decay_names if exclude_from_layer_adaptation is None
-            else exclude_from_layer_adaptation)
+            self.exclude_from_weight_decay_names
+            if exclude_from_layer_adaptation is None
+            else exclude_from_layer_adaptation
+        )
 
     def _decays(self, variable) -> bool:
-        return self.weight_decay_rate != 0.0 and not _matches(variable.name,
-                                                  self.exclude_from_weight_decay_names)
+        return self.weight_decay_rate != 0.0 and not _matches(
+            variable.name, self.exclude_from_weight_decay_names
+        )
 
     def _adapts(self, variable) -> bool:
         return not _matches(variable.name, self.exclude_from_layer_adaptation_names)
@@ -80,8 +90,12 @@ class _LayerwiseOptimizer(tf.keras.optimizers.Optimizer):
     def _build_trust(self, var_list) -> None:
         # One scalar per variable: the trust ratio of the last step (1.0 for excluded variables).
         self.trust_ratios = [
-            self.add_variable(shape=(), dtype=tf.float32, initializer="ones",
-                              name="trust_" + var.name.replace("/", "_").replace(":", "_"))
+            self.add_variable(
+                shape=(),
+                dtype=tf.float32,
+                initializer="ones",
+                name="trust_" + var.name.replace("/", "_").replace(":", "_"),
+            )
             for var in var_list
         ]
         self._trust_names = [var.name for var in var_list]
@@ -101,12 +115,14 @@ class _LayerwiseOptimizer(tf.keras.optimizers.Optimizer):
 
     def get_config(self):
         config = super().get_config()
-        config.update({
-            "learning_rate": self._serialize_hyperparameter(self._learning_rate),
-            "weight_decay": self.weight_decay_rate,
-            "exclude_from_weight_decay": list(self.exclude_from_weight_decay_names),
-            "exclude_from_layer_adaptation": list(self.exclude_from_layer_adaptation_names),
-        })
+        config.update(
+            {
+                "learning_rate": self._serialize_hyperparameter(self._learning_rate),
+                "weight_decay": self.weight_decay_rate,
+                "exclude_from_weight_decay": list(self.exclude_from_weight_decay_names),
+                "exclude_from_layer_adaptation": list(self.exclude_from_layer_adaptation_names),
+            }
+        )
         return config
 
 
@@ -130,12 +146,20 @@ class LARS(_LayerwiseOptimizer):
         exclude_from_layer_adaptation: name substrings; default: same as weight decay.
     """
 
-    def __init__(self, learning_rate=0.01, momentum: float = 0.9, weight_decay: float = 0.0,
-                 eta: float = 0.001, exclude_from_weight_decay: Iterable[str] | None = None,
-                 exclude_from_layer_adaptation: Iterable[str] | None = None,
-                 name: str = "LARS", **kwargs):
-        super().__init__(name, weight_decay, exclude_from_weight_decay,
-                         exclude_from_layer_adaptation, **kwargs)
+    def __init__(
+        self,
+        learning_rate=0.01,
+        momentum: float = 0.9,
+        weight_decay: float = 0.0,
+        eta: float = 0.001,
+        exclude_from_weight_decay: Iterable[str] | None = None,
+        exclude_from_layer_adaptation: Iterable[str] | None = None,
+        name: str = "LARS",
+        **kwargs,
+    ):
+        super().__init__(
+            name, weight_decay, exclude_from_weight_decay, exclude_from_layer_adaptation, **kwargs
+        )
         self._learning_rate = self._build_learning_rate(learning_rate)
         self.momentum = float(momentum)
         self.eta = float(eta)
@@ -183,13 +207,21 @@ class LAMB(_LayerwiseOptimizer):
     :func:`hpclab.scaling.lamb_update_reference` is the NumPy twin the tests compare with.
     """
 
-    def __init__(self, learning_rate=0.001, beta_1: float = 0.9, beta_2: float = 0.999,
-                 epsilon: float = 1e-6, weight_decay: float = 0.0,
-                 exclude_from_weight_decay: Iterable[str] | None = None,
-                 exclude_from_layer_adaptation: Iterable[str] | None = None,
-                 name: str = "LAMB", **kwargs):
-        super().__init__(name, weight_decay, exclude_from_weight_decay,
-                         exclude_from_layer_adaptation, **kwargs)
+    def __init__(
+        self,
+        learning_rate=0.001,
+        beta_1: float = 0.9,
+        beta_2: float = 0.999,
+        epsilon: float = 1e-6,
+        weight_decay: float = 0.0,
+        exclude_from_weight_decay: Iterable[str] | None = None,
+        exclude_from_layer_adaptation: Iterable[str] | None = None,
+        name: str = "LAMB",
+        **kwargs,
+    ):
+        super().__init__(
+            name, weight_decay, exclude_from_weight_decay, exclude_from_layer_adaptation, **kwargs
+        )
         self._learning_rate = self._build_learning_rate(learning_rate)
         self.beta_1 = float(beta_1)
         self.beta_2 = float(beta_2)
@@ -252,15 +284,19 @@ class TableSchedule(tf.keras.optimizers.schedules.LearningRateSchedule):
         self.name = name
 
     @classmethod
-    def for_run(cls, cfg: dict, workers: int) -> "TableSchedule":
+    def for_run(cls, cfg: dict, workers: int) -> TableSchedule:
         """The schedule of a run: ``cfg`` is ``RunConfig.to_dict()``, ``workers`` the world size."""
         from hpclab.config import RunConfig  # no TF there; local import keeps the module graph flat
 
         rc = RunConfig.from_dict(cfg)
         total = rc.total_steps(workers)
-        table = scaling.lr_schedule_array(total, base_lr=rc.base_lr, peak_lr=rc.peak_lr(workers),
-                                          warmup_steps=rc.warmup_steps(workers),
-                                          schedule=rc.lr_schedule)
+        table = scaling.lr_schedule_array(
+            total,
+            base_lr=rc.base_lr,
+            peak_lr=rc.peak_lr(workers),
+            warmup_steps=rc.warmup_steps(workers),
+            schedule=rc.lr_schedule,
+        )
         return cls(table)
 
     def __call__(self, step):
@@ -276,12 +312,13 @@ class TableSchedule(tf.keras.optimizers.schedules.LearningRateSchedule):
 def set_precision(precision: str) -> None:
     """Set the global Keras mixed-precision policy: float32 | mixed_float16 | mixed_bfloat16.
 
-    Call before building the model. Models from :mod:`hpclab.models` keep their last layer in
+    Call before building the model. Models from :mod:`hpclab.rank.models` keep their last layer in
     float32, so logits and the loss stay float32 under either mixed policy.
     """
     if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}; "
-                         f"you passed precision={precision!r}.")
+        raise ValueError(
+            f"precision must be one of {', '.join(PRECISIONS)}; you passed precision={precision!r}."
+        )
     tf.keras.mixed_precision.set_global_policy(precision)
 
 
@@ -317,20 +354,24 @@ def build_optimizer(cfg: dict, learning_rate) -> tf.keras.optimizers.Optimizer:
     elif name == "adam":
         opt = tf.keras.optimizers.Adam(learning_rate, beta_1=momentum, weight_decay=keras_wd)
     elif name == "lars":
-        opt = LARS(learning_rate, momentum=momentum, weight_decay=wd,
-                   eta=float(cfg.get("lars_eta", 0.001)))
+        opt = LARS(
+            learning_rate, momentum=momentum, weight_decay=wd, eta=float(cfg.get("lars_eta", 0.001))
+        )
     elif name == "lamb":
         opt = LAMB(learning_rate, beta_1=momentum, weight_decay=wd)
     else:
-        raise ValueError("optimizer must be one of sgd, momentum, lars, lamb, adam; "
-                         f"you passed optimizer={name!r}.")
+        raise ValueError(
+            "optimizer must be one of sgd, momentum, lars, lamb, adam; "
+            f"you passed optimizer={name!r}."
+        )
     if keras_wd is not None and name in ("sgd", "momentum", "adam"):
         # Keras matches these as regular expressions against variable names (substrings here).
         opt.exclude_from_weight_decay(var_names=list(DEFAULT_EXCLUDE))
     precision = cfg.get("precision", "float32")
     if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}; "
-                         f"you passed precision={precision!r}.")
+        raise ValueError(
+            f"precision must be one of {', '.join(PRECISIONS)}; you passed precision={precision!r}."
+        )
     if precision == "mixed_float16":
         # Dynamic loss scaling: float16 gradients underflow without it (TF mixed-precision guide).
         opt = tf.keras.mixed_precision.LossScaleOptimizer(opt)

@@ -41,15 +41,12 @@ from typing import NamedTuple
 import numpy as np
 import tensorflow as tf
 
-from hpclab.config import MNIST1D_VALIDATION_FRACTION
+from hpclab.catalog import GENERATED_VALIDATION_FRACTION, NUM_CLASSES, STAGED_DATASETS
 
 try:  # POSIX advisory locks; absent on Windows, where the atomic replace alone protects the cache
     import fcntl
 except ImportError:  # pragma: no cover
     fcntl = None
-
-STAGED = ("mnist", "fashion_mnist", "cifar10")
-NUM_CLASSES = 10  # every dataset here has 10 classes (synthetic as in Horovod's benchmark)
 
 
 class Arrays(NamedTuple):
@@ -67,6 +64,7 @@ class Arrays(NamedTuple):
 # arrays
 # ---------------------------------------------------------------------------------------------
 
+
 def load_arrays(cfg: dict, data_dir: str | Path) -> Arrays:
     """The arrays for ``cfg["dataset"]`` (``cfg`` is ``RunConfig.to_dict()``).
 
@@ -78,12 +76,16 @@ def load_arrays(cfg: dict, data_dir: str | Path) -> Arrays:
     data_dir = Path(data_dir)
     if name == "mnist1d":
         return _mnist1d(int(cfg["num_samples"]), int(cfg["seed"]), data_dir)
-    if name in STAGED:
+    if name in STAGED_DATASETS:
         return _staged(name, data_dir)
     if name == "synthetic":
-        return Arrays(None, None, None, None, NUM_CLASSES, tuple(int(d) for d in cfg["image_shape"]))
-    raise ValueError(f"dataset must be one of mnist1d, synthetic, {', '.join(STAGED)}; "
-                     f"you passed dataset={name!r}.")
+        return Arrays(
+            None, None, None, None, NUM_CLASSES, tuple(int(d) for d in cfg["image_shape"])
+        )
+    raise ValueError(
+        f"dataset must be one of mnist1d, synthetic, {', '.join(STAGED_DATASETS)}; "
+        f"you passed dataset={name!r}."
+    )
 
 
 def mnist1d_cache_path(num_samples: int, seed: int, data_dir: str | Path) -> Path:
@@ -99,7 +101,7 @@ def _mnist1d(num_samples: int, seed: int, data_dir: Path) -> Arrays:
                 _atomic_savez(path, **_generate_mnist1d(num_samples, seed))
     with np.load(path) as f:
         x, y = f["x"], f["y"]
-    n_val = int(round(num_samples * MNIST1D_VALIDATION_FRACTION))  # = RunConfig.validation_size()
+    n_val = int(round(num_samples * GENERATED_VALIDATION_FRACTION))  # = RunConfig.validation_size()
     n_train = num_samples - n_val
     return Arrays(x[:n_train], y[:n_train], x[n_train:], y[n_train:], NUM_CLASSES, x.shape[1:])
 
@@ -112,7 +114,7 @@ def _generate_mnist1d(num_samples: int, seed: int) -> dict:
     # make_dataset makes num_samples // 10 per class: round up, then keep exactly num_samples.
     args.num_samples = 10 * math.ceil(num_samples / 10)
     args.seed = seed
-    args.train_split = 1.0 - MNIST1D_VALIDATION_FRACTION  # we re-split below by exact counts
+    args.train_split = 1.0 - GENERATED_VALIDATION_FRACTION  # we re-split below by exact counts
     # make_dataset reseeds Python's and NumPy's global generators: give the caller theirs back.
     np_state, py_state = np.random.get_state(), random.getstate()
     try:
@@ -174,19 +176,30 @@ def _staged(name: str, data_dir: Path) -> Arrays:
         raise FileNotFoundError(
             f"Dataset {name!r} is read from {path}, and that file does not exist. Nothing is "
             f"downloaded at run time: stage the file first. On a machine with internet run\n"
-            f"  python -c \"import numpy as np, tensorflow as tf; "
+            f'  python -c "import numpy as np, tensorflow as tf; '
             f"(a, b), (c, d) = tf.keras.datasets.{name}.load_data(); "
             f"np.savez_compressed('{name}.npz', x_train=a, y_train=b, x_test=c, y_test=d)\"\n"
-            f"and copy {name}.npz to {path} (keys x_train, y_train, x_test, y_test; uint8 images).")
+            f"and copy {name}.npz to {path} (keys x_train, y_train, x_test, y_test; uint8 images)."
+        )
     with np.load(path) as f:
         missing = [k for k in ("x_train", "y_train", "x_test", "y_test") if k not in f.files]
         if missing:
-            raise ValueError(f"{path} lacks the arrays {', '.join(missing)}; a staged dataset "
-                             f"needs x_train, y_train, x_test, y_test (it has {', '.join(f.files)}).")
-        x_train, y_train, x_test, y_test = (f[k] for k in ("x_train", "y_train", "x_test", "y_test"))
+            raise ValueError(
+                f"{path} lacks the arrays {', '.join(missing)}; a staged dataset "
+                f"needs x_train, y_train, x_test, y_test (it has {', '.join(f.files)})."
+            )
+        x_train, y_train, x_test, y_test = (
+            f[k] for k in ("x_train", "y_train", "x_test", "y_test")
+        )
     x_train, x_test = _images(x_train), _images(x_test)
-    return Arrays(x_train, y_train.reshape(-1).astype(np.int32), x_test,
-                  y_test.reshape(-1).astype(np.int32), NUM_CLASSES, x_train.shape[1:])
+    return Arrays(
+        x_train,
+        y_train.reshape(-1).astype(np.int32),
+        x_test,
+        y_test.reshape(-1).astype(np.int32),
+        NUM_CLASSES,
+        x_train.shape[1:],
+    )
 
 
 def _images(x: np.ndarray) -> np.ndarray:
@@ -202,6 +215,7 @@ def _images(x: np.ndarray) -> np.ndarray:
 # sharding
 # ---------------------------------------------------------------------------------------------
 
+
 def shard(x: np.ndarray, y: np.ndarray, rank: int, world: int) -> tuple[np.ndarray, np.ndarray]:
     """Rank `rank`'s contiguous slice of `world` equal parts (the remainder is dropped).
 
@@ -209,30 +223,45 @@ def shard(x: np.ndarray, y: np.ndarray, rank: int, world: int) -> tuple[np.ndarr
     with one extra batch would wait forever in an allreduce). The slices are views, not copies.
     """
     if not (isinstance(world, int) and world >= 1 and isinstance(rank, int) and 0 <= rank < world):
-        raise ValueError(f"shard needs 0 <= rank < world; you passed rank={rank!r}, "
-                         f"world={world!r}.")
+        raise ValueError(
+            f"shard needs 0 <= rank < world; you passed rank={rank!r}, world={world!r}."
+        )
     if len(x) != len(y):
         raise ValueError(f"x and y differ in length: {len(x)} inputs, {len(y)} labels.")
     per = len(x) // world
     if per == 0:
-        raise ValueError(f"{len(x)} samples cannot be shared by {world} workers: each would get "
-                         "none. Use more samples or fewer workers.")
-    return x[rank * per:(rank + 1) * per], y[rank * per:(rank + 1) * per]
+        raise ValueError(
+            f"{len(x)} samples cannot be shared by {world} workers: each would get "
+            "none. Use more samples or fewer workers."
+        )
+    return x[rank * per : (rank + 1) * per], y[rank * per : (rank + 1) * per]
 
 
 # ---------------------------------------------------------------------------------------------
 # tf.data pipelines
 # ---------------------------------------------------------------------------------------------
 
+
 def _group_epochs(batches: tf.data.Dataset, steps_per_call: int, epochs: float) -> tf.data.Dataset:
     """One epoch of batches -> groups of `steps_per_call` (shorter last group), ceil(epochs) times."""
-    return (batches.batch(int(steps_per_call), drop_remainder=False)
-            .repeat(max(1, math.ceil(epochs)))
-            .prefetch(tf.data.AUTOTUNE))
+    return (
+        batches.batch(int(steps_per_call), drop_remainder=False)
+        .repeat(max(1, math.ceil(epochs)))
+        .prefetch(tf.data.AUTOTUNE)
+    )
 
 
-def train_dataset(x: np.ndarray, y: np.ndarray, *, batch: int, steps_per_epoch: int,
-                  steps_per_call: int, epochs: float, seed: int, rank: int) -> tf.data.Dataset:
+def train_dataset(
+    x: np.ndarray,
+    y: np.ndarray,
+    *,
+    batch: int,
+    steps_per_epoch: int,
+    steps_per_call: int,
+    epochs: float,
+    seed: int,
+    rank: int,
+) -> tf.data.Dataset:
     """Training groups: elements ``(xs, ys)`` of shapes ``[k, batch, *input]`` and ``[k, batch]``.
 
     Each epoch is a fresh seeded shuffle of this rank's shard (different per rank and per
@@ -246,28 +275,44 @@ def train_dataset(x: np.ndarray, y: np.ndarray, *, batch: int, steps_per_epoch: 
     n = len(x)
     batch, steps_per_epoch = int(batch), int(steps_per_epoch)
     if steps_per_epoch < 1 or batch < 1:
-        raise ValueError(f"batch and steps_per_epoch must be >= 1; you passed batch={batch}, "
-                         f"steps_per_epoch={steps_per_epoch}.")
+        raise ValueError(
+            f"batch and steps_per_epoch must be >= 1; you passed batch={batch}, "
+            f"steps_per_epoch={steps_per_epoch}."
+        )
     if n < batch * steps_per_epoch:
-        raise ValueError(f"This rank holds {n} training samples, fewer than steps_per_epoch x "
-                         f"batch = {steps_per_epoch} x {batch} = {steps_per_epoch * batch}. "
-                         "Lower batch_per_worker or use more samples.")
+        raise ValueError(
+            f"This rank holds {n} training samples, fewer than steps_per_epoch x "
+            f"batch = {steps_per_epoch} x {batch} = {steps_per_epoch * batch}. "
+            "Lower batch_per_worker or use more samples."
+        )
     xt = tf.convert_to_tensor(x)
     yt = tf.convert_to_tensor(y)
     # Per-rank, per-run seed; reshuffle_each_iteration gives every epoch of the repeat a new order.
     shuffle_seed = int(seed) * 1_000_003 + int(rank)
-    indices = (tf.data.Dataset.range(n)
-               .shuffle(n, seed=shuffle_seed, reshuffle_each_iteration=True)
-               .batch(batch, drop_remainder=True)
-               .take(steps_per_epoch))
+    indices = (
+        tf.data.Dataset.range(n)
+        .shuffle(n, seed=shuffle_seed, reshuffle_each_iteration=True)
+        .batch(batch, drop_remainder=True)
+        .take(steps_per_epoch)
+    )
     groups = _group_epochs(indices, steps_per_call, epochs)
-    return groups.map(lambda idx: (tf.gather(xt, idx), tf.gather(yt, idx)),
-                      num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    return groups.map(
+        lambda idx: (tf.gather(xt, idx), tf.gather(yt, idx)),
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=True,
+    )
 
 
-def synthetic_train_dataset(image_shape, *, batch: int, steps_per_epoch: int,
-                            steps_per_call: int, epochs: float, seed: int,
-                            num_classes: int = NUM_CLASSES) -> tf.data.Dataset:
+def synthetic_train_dataset(
+    image_shape,
+    *,
+    batch: int,
+    steps_per_epoch: int,
+    steps_per_call: int,
+    epochs: float,
+    seed: int,
+    num_classes: int = NUM_CLASSES,
+) -> tf.data.Dataset:
     """The synthetic benchmark's input with :func:`train_dataset`'s element structure.
 
     One random float32 batch ``[batch, *image_shape]`` and random int32 labels are generated once
@@ -276,8 +321,9 @@ def synthetic_train_dataset(image_shape, *, batch: int, steps_per_epoch: int,
     """
     shape = (int(batch),) + tuple(int(d) for d in image_shape)
     images = tf.random.stateless_uniform(shape, seed=[int(seed), 0], dtype=tf.float32)
-    labels = tf.random.stateless_uniform((int(batch),), seed=[int(seed), 1], minval=0,
-                                         maxval=int(num_classes), dtype=tf.int32)
+    labels = tf.random.stateless_uniform(
+        (int(batch),), seed=[int(seed), 1], minval=0, maxval=int(num_classes), dtype=tf.int32
+    )
     one_epoch = tf.data.Dataset.from_tensors((images, labels)).repeat(int(steps_per_epoch))
     return _group_epochs(one_epoch, steps_per_call, epochs)
 
@@ -286,8 +332,13 @@ def eval_dataset(x: np.ndarray, y: np.ndarray, batch: int) -> tf.data.Dataset:
     """Validation batches in order; the last batch keeps the remainder (every sample counts)."""
     xt = tf.convert_to_tensor(x)
     yt = tf.convert_to_tensor(y)
-    return (tf.data.Dataset.range(len(x))
-            .batch(int(batch), drop_remainder=False)
-            .map(lambda idx: (tf.gather(xt, idx), tf.gather(yt, idx)),
-                 num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-            .prefetch(tf.data.AUTOTUNE))
+    return (
+        tf.data.Dataset.range(len(x))
+        .batch(int(batch), drop_remainder=False)
+        .map(
+            lambda idx: (tf.gather(xt, idx), tf.gather(yt, idx)),
+            num_parallel_calls=tf.data.AUTOTUNE,
+            deterministic=True,
+        )
+        .prefetch(tf.data.AUTOTUNE)
+    )

@@ -11,15 +11,24 @@ import datetime as _dt
 import html
 import os
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import plotly
 import plotly.graph_objects as go
 
-from hpclab.comparison import (accuracy_vs_batch, compare, default_target, describe_target,
-                            facts_of, scaling_efficiency, steps_to_target_chart, table_html)
-from hpclab.live import figure
+from hpclab.views.comparison import (
+    accuracy_vs_batch,
+    compare,
+    default_target,
+    describe_target,
+    facts_of,
+    scaling_efficiency,
+    steps_to_target_chart,
+    table_html,
+)
+from hpclab.views.live import figure
 
 _CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2em auto;
@@ -43,17 +52,24 @@ def _versions(runs) -> dict[str, list[str]]:
 
 
 def _figure_html(fig: go.Figure, first: bool) -> str:
-    return fig.to_html(full_html=False, include_plotlyjs=bool(first), include_mathjax=False,
-                       config={"displaylogo": False, "responsive": True})
+    return fig.to_html(
+        full_html=False,
+        include_plotlyjs=bool(first),
+        include_mathjax=False,
+        config={"displaylogo": False, "responsive": True},
+    )
 
 
-def render_report(records_or_paths: Iterable[Any], title: str = "hpclab report",
-                  target: float | None = None) -> str:
+def render_report(
+    records_or_paths: Iterable[Any], title: str = "hpclab report", target: float | None = None
+) -> str:
     """The report as one HTML string (see :func:`write_report`)."""
     runs = facts_of(records_or_paths)
     if not runs:
-        raise ValueError("write_report needs at least one run; you passed none "
-                         "(give RunRecords, Runs or run folder paths).")
+        raise ValueError(
+            "write_report needs at least one run; you passed none "
+            "(give RunRecords, Runs or run folder paths)."
+        )
     if target is None:
         target = default_target(runs)
     cmp = compare(runs, target=target)
@@ -63,43 +79,75 @@ def render_report(records_or_paths: Iterable[Any], title: str = "hpclab report",
     x = "samples" if len({f.global_batch for f in runs}) > 1 else "step"
     what = "samples seen" if x == "samples" else "optimizer steps"
     sections: list[tuple[str, str, go.Figure]] = [
-        ("Runs", "Throughput (per rank for a single run), loss, accuracy, learning rate and "
-                 f"gradient noise scale of every run; x axis: {what}.", figure(runs, x=x)),
+        (
+            "Runs",
+            "Throughput (per rank for a single run), loss, accuracy, learning rate and "
+            f"gradient noise scale of every run; x axis: {what}.",
+            figure(runs, x=x),
+        ),
         ("Validation accuracy and throughput", describe_target(target, runs), cmp.figure()),
     ]
     if len(runs) >= 2:
-        sections.append(("Accuracy vs global batch", "Final validation accuracy per run, one "
-                         "line per learning-rate rule / optimizer.", accuracy_vs_batch(runs)))
-        sections.append(("Steps and time to target", describe_target(target, runs) +
-                         " Open triangles: runs that never reached it, drawn at the steps/time "
-                         "they ran (a lower bound).", steps_to_target_chart(runs, target)))
+        sections.append(
+            (
+                "Accuracy vs global batch",
+                "Final validation accuracy per run, one line per learning-rate rule / optimizer.",
+                accuracy_vs_batch(runs),
+            )
+        )
+        sections.append(
+            (
+                "Steps and time to target",
+                describe_target(target, runs)
+                + " Open triangles: runs that never reached it, drawn at the steps/time "
+                "they ran (a lower bound).",
+                steps_to_target_chart(runs, target),
+            )
+        )
         if len({f.workers for f in runs}) > 1:
-            sections.append(("Scaling efficiency", "Throughput and E(N) = T_N / (N·T_1) vs "
-                             "workers; weak scaling keeps the per-worker batch, strong scaling "
-                             "the global batch.", scaling_efficiency(runs)))
+            sections.append(
+                (
+                    "Scaling efficiency",
+                    "Throughput and E(N) = T_N / (N·T_1) vs "
+                    "workers; weak scaling keeps the per-worker batch, strong scaling "
+                    "the global batch.",
+                    scaling_efficiency(runs),
+                )
+            )
 
     versions = _versions(runs)
-    version_rows = "".join(f"<tr><th>{e(k)}</th><td>{e(', '.join(v))}</td></tr>"
-                           for k, v in versions.items())
+    version_rows = "".join(
+        f"<tr><th>{e(k)}</th><td>{e(', '.join(v))}</td></tr>" for k, v in versions.items()
+    )
     now = _dt.datetime.now().astimezone().isoformat(timespec="seconds")
     parts = [
-        "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
         f"<title>{e(title)}</title><style>{_CSS}</style></head><body>",
         f"<h1>{e(title)}</h1>",
         f'<p class="meta">Written {e(now)} · {len(runs)} run{"s" if len(runs) != 1 else ""}</p>',
         f'<table class="versions">{version_rows}</table>',
-        "<h2>Comparison</h2>", f'<p class="note">{e(describe_target(target, runs))}</p>',
+        "<h2>Comparison</h2>",
+        f'<p class="note">{e(describe_target(target, runs))}</p>',
         table_html(cmp.table),
     ]
     for i, (heading, note, fig) in enumerate(sections):
-        parts += [f"<h2>{e(heading)}</h2>", f'<p class="note">{e(note)}</p>',
-                  _figure_html(fig, first=i == 0)]
+        parts += [
+            f"<h2>{e(heading)}</h2>",
+            f'<p class="note">{e(note)}</p>',
+            _figure_html(fig, first=i == 0),
+        ]
     parts.append("</body></html>")
     return "\n".join(parts)
 
 
-def write_report(records_or_paths: Iterable[Any], path: str | os.PathLike,
-                 title: str = "hpclab report", *, target: float | None = None) -> Path:
+def write_report(
+    records_or_paths: Iterable[Any],
+    path: str | os.PathLike,
+    title: str = "hpclab report",
+    *,
+    target: float | None = None,
+) -> Path:
     """Write ONE self-contained HTML file comparing the runs; returns its path.
 
     Contents: title, date and package versions (from the runs' summaries), the comparison table,

@@ -1,0 +1,71 @@
+"""What the lab offers and its bounds: datasets, models, optimizers, precisions, limits.
+
+One home for each of these facts. `RunConfig` validates against them, the panel and the CLI
+offer them as choices, and the rank side looks its builders up by the same names (its tests
+check that every name here has a builder).
+"""
+
+from __future__ import annotations
+
+# -- datasets ---------------------------------------------------------------------------------
+DATASETS = ("mnist1d", "synthetic", "mnist", "fashion_mnist", "cifar10")
+#: Fixed-size datasets a user stages as files in data/ (never downloaded at run time):
+#: name -> (training samples, validation samples).
+STAGED_SIZES = {"mnist": (60000, 10000), "fashion_mnist": (60000, 10000), "cifar10": (50000, 10000)}
+STAGED_DATASETS = tuple(STAGED_SIZES)
+#: MNIST-1D and synthetic data are generated; this share of `num_samples` is held out.
+GENERATED_VALIDATION_FRACTION = 0.2
+NUM_CLASSES = 10  # every dataset here has 10 classes (synthetic as in Horovod's benchmark)
+#: The kind of input each dataset yields: 1-D signals or images (H, W, C).
+DATASET_INPUT = {
+    "mnist1d": "1d",
+    "synthetic": "image",
+    "mnist": "image",
+    "fashion_mnist": "image",
+    "cifar10": "image",
+}
+
+# -- models -----------------------------------------------------------------------------------
+MODELS = ("mlp", "cnn1d", "resnet20", "resnet50")
+#: The input kinds each model accepts.
+MODEL_INPUT = {
+    "mlp": ("1d", "image"),
+    "cnn1d": ("1d",),
+    "resnet20": ("image",),
+    "resnet50": ("image",),
+}
+
+# -- optimisation and numerics ------------------------------------------------------------------
+OPTIMIZERS = ("sgd", "momentum", "lars", "lamb", "adam")
+LR_SCALINGS = ("none", "linear", "sqrt")
+LR_SCHEDULES = ("constant", "cosine")
+PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
+
+# -- limits -------------------------------------------------------------------------------------
+MAX_WORKERS = 512  # MPI engines one Lab starts
+MAX_THREADS_PER_WORKER = 256
+
+
+def models_for(dataset: str) -> tuple[str, ...]:
+    """The models that accept `dataset`'s input kind."""
+    kind = DATASET_INPUT[dataset]
+    return tuple(m for m in MODELS if kind in MODEL_INPUT[m])
+
+
+__all__ = [
+    "DATASETS",
+    "STAGED_SIZES",
+    "STAGED_DATASETS",
+    "GENERATED_VALIDATION_FRACTION",
+    "NUM_CLASSES",
+    "DATASET_INPUT",
+    "MODELS",
+    "MODEL_INPUT",
+    "OPTIMIZERS",
+    "LR_SCALINGS",
+    "LR_SCHEDULES",
+    "PRECISIONS",
+    "MAX_WORKERS",
+    "MAX_THREADS_PER_WORKER",
+    "models_for",
+]
