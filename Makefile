@@ -7,7 +7,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PYTEST_FAST := -m "not mpi and not notebook and not browser"
 
-.PHONY: help setup test test-fast demo lab bench lock clean distclean
+.PHONY: help setup lint test check demo lab bench lock clean distclean
 
 help: ## show this help
 	@echo "hpclab make targets:"
@@ -17,12 +17,16 @@ help: ## show this help
 setup: ## create .venv, install the locked packages, build/reuse Horovod, run `hpclab doctor --quick`
 	@scripts/setup.sh
 
-test: setup ## all tests, including real MPI engines, notebooks and the browser
-	@scripts/install-browser.sh
-	$(PY) -m pytest
+lint: setup ## ruff: lint and format check (fix with `.venv/bin/ruff format . && .venv/bin/ruff check --fix .`)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
-test-fast: setup ## tests that need neither MPI engines, notebooks nor a browser
-	$(PY) -m pytest $(PYTEST_FAST)
+test: lint ## lint, then all tests: real MPI engines and Horovod, notebooks, the browser
+	@scripts/install-browser.sh
+	HPCLAB_REQUIRE_MPI=1 $(PY) -m pytest
+
+check: lint ## the fast tier (under a minute): lint plus every test that starts no engines
+	$(PY) -m pytest -q $(PYTEST_FAST)
 
 demo: setup ## 2-worker MNIST-1D sweep: batch size x {no scaling, linear+warmup, LARS} -> runs/demo/report.html
 	@scripts/demo.sh

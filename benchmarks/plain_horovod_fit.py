@@ -199,6 +199,7 @@ def main(argv=None) -> None:
             "optimizer": f"{type(opt).__module__}.{type(opt).__name__}",
             "accuracy": float(history.history["accuracy"][-1]),
             "loss": float(history.history["loss"][-1]),
+            "horovod_env": {k: v for k, v in os.environ.items() if k.startswith("HOROVOD_")},
         }
         sys.stdout.write("\n" + json.dumps(result) + "\n")
         sys.stdout.flush()

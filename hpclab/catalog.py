@@ -40,10 +40,14 @@ OPTIMIZERS = ("sgd", "momentum", "lars", "lamb", "adam")
 LR_SCALINGS = ("none", "linear", "sqrt")
 LR_SCHEDULES = ("constant", "cosine")
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
+#: How gradients cross ranks: one grouped (fused) allreduce after the whole backward pass, or one
+#: allreduce per tensor, each free to start as soon as its gradient exists (overlap with backprop).
+GRAD_ALLREDUCES = ("grouped", "per_tensor")
 
 # -- limits -------------------------------------------------------------------------------------
 MAX_WORKERS = 512  # MPI engines one Lab starts
 MAX_THREADS_PER_WORKER = 256
+MAX_STEPS_PER_CALL = 1000  # optimizer steps one compiled call may run
 
 
 def models_for(dataset: str) -> tuple[str, ...]:
@@ -65,7 +69,9 @@ __all__ = [
     "LR_SCALINGS",
     "LR_SCHEDULES",
     "PRECISIONS",
+    "GRAD_ALLREDUCES",
     "MAX_WORKERS",
     "MAX_THREADS_PER_WORKER",
+    "MAX_STEPS_PER_CALL",
     "models_for",
 ]

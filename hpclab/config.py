@@ -1,6 +1,7 @@
 """RunConfig: every knob of one training run, validated before any engine starts.
 
-One frozen dataclass, a short comment per field (the nanoGPT way). Plain dicts cross to the
+One frozen dataclass, a short explanation beside each field (the nanoGPT way), kept as the
+field's ``metadata["help"]`` so the CLI shows the same words. Plain dicts cross to the
 engines (`to_dict`), never this object, so engines need nothing from the client's session.
 Derived numbers (global batch, scaled peak LR, steps per epoch) are computed here, in one place,
 by the pure rules in :mod:`hpclab.scaling`.
@@ -18,8 +19,10 @@ from hpclab import scaling
 from hpclab.catalog import (
     DATASETS,
     GENERATED_VALIDATION_FRACTION,
+    GRAD_ALLREDUCES,
     LR_SCALINGS,
     LR_SCHEDULES,
+    MAX_STEPS_PER_CALL,
     MODELS,
     OPTIMIZERS,
     PRECISIONS,
@@ -29,38 +32,53 @@ from hpclab.catalog import (
 from hpclab.errors import ConfigError
 
 
+def knob(default: Any, help: str) -> Any:
+    """A RunConfig field with its one-line explanation (`hpclab run --help` shows it)."""
+    return field(default=default, metadata={"help": help})
+
+
+_HELD_OUT = f"{GENERATED_VALIDATION_FRACTION:.0%} held out for validation"
+
+
 @dataclass(frozen=True)
 class RunConfig:
     """One training run. All sizes are per worker unless the name says global."""
 
     # -- data and model -------------------------------------------------------------------
-    dataset: str = "mnist1d"  # mnist1d | synthetic | mnist | fashion_mnist | cifar10
-    num_samples: int = 40000  # mnist1d/synthetic: samples generated (20 % held out for validation)
-    image_shape: tuple = (32, 32, 3)  # synthetic: H, W, C of the random images
-    model: str = "cnn1d"  # mlp | cnn1d | resnet20 | resnet50
+    dataset: str = knob("mnist1d", "the data: generated (mnist1d, synthetic) or staged in data/")
+    num_samples: int = knob(40000, f"mnist1d/synthetic: samples generated ({_HELD_OUT})")
+    image_shape: tuple = knob((32, 32, 3), "synthetic: H, W, C of the random images")
+    synthetic_classes: int = knob(10, "synthetic: label classes (1000 = ImageNet's head)")
+    model: str = knob("cnn1d", "the network; it must accept the dataset's input (1-D or images)")
     # -- batch and learning rate --------------------------------------------------------------
-    batch_per_worker: int = 64  # samples per rank per step; global batch = this x workers
-    epochs: float = 6  # passes over the training set (fractions allowed)
-    optimizer: str = "momentum"  # sgd | momentum | lars | lamb | adam
-    base_lr: float = 0.05  # learning rate that works at `base_batch`
-    base_batch: int = 64  # the global batch `base_lr` was tuned for
-    lr_scaling: str = "linear"  # none | linear | sqrt: how the peak LR follows the global batch
-    warmup_epochs: float = 1.0  # linear ramp from base_lr to the peak LR (Goyal et al. 2017)
-    lr_schedule: str = "constant"  # constant | cosine: what follows warm-up
-    momentum: float = 0.9  # momentum / lars / lamb(beta1) / adam(beta1)
-    weight_decay: float = 0.0  # L2 coefficient (decoupled for lamb, in-gradient for lars)
-    lars_eta: float = 0.001  # LARS trust coefficient (You et al. 2017)
+    batch_per_worker: int = knob(64, "samples per rank per step; global batch = this x workers")
+    epochs: float = knob(6, "passes over the training set (fractions allowed)")
+    optimizer: str = knob("momentum", "the update rule (lars and lamb for large batches)")
+    base_lr: float = knob(0.05, "learning rate that works at `base_batch`")
+    base_batch: int = knob(64, "the global batch `base_lr` was tuned for")
+    lr_scaling: str = knob("linear", "how the peak LR follows the global batch")
+    warmup_epochs: float = knob(1.0, "linear ramp from base_lr to the peak LR (Goyal et al. 2017)")
+    lr_schedule: str = knob("constant", "what follows warm-up")
+    momentum: float = knob(0.9, "momentum / lars / lamb(beta1) / adam(beta1)")
+    weight_decay: float = knob(0.0, "L2 coefficient (decoupled for lamb, in-gradient for lars)")
+    lars_eta: float = knob(0.001, "LARS trust coefficient (You et al. 2017)")
     # -- numerics and communication ----------------------------------------------------------------
-    precision: str = "float32"  # float32 | mixed_float16 | mixed_bfloat16
-    fp16_allreduce: bool = False  # Horovod: compress gradients to float16 for the allreduce
+    precision: str = knob("float32", "the compute dtype (mixed_* keep float32 weights)")
+    fp16_allreduce: bool = knob(False, "Horovod: compress gradients to float16 for the allreduce")
     # -- engine behaviour ----------------------------------------------------------------------
-    steps_per_call: int = 8  # training steps compiled into one tf.function call
-    publish_every_s: float = 0.5  # live telemetry cadence (0 = telemetry off)
-    noise_scale: bool = True  # estimate the gradient noise scale (McCandlish et al. 2018)
-    max_steps: int = 0  # stop after this many steps (0 = run all epochs)
-    seed: int = 0  # data generation, shuffling and weight init
-    name: str = ""  # optional label shown in legends and run listings
-    tags: tuple = field(default=())  # free-form labels (e.g. the sweep a run belongs to)
+    steps_per_call: int = knob(0, "optimizer steps per compiled call (0 = auto, ~0.15 s a call)")
+    xla: bool = knob(False, "XLA-compile forward and backward (pays off on GPUs; see docs)")
+    grad_allreduce: str = knob(
+        "grouped", "grouped (one fused op) or per_tensor (overlaps backprop)"
+    )
+    hvd_cycle_time_ms: float = knob(0.1, "Horovod: background cycle between collectives (ms)")
+    hvd_fusion_mb: float = knob(64.0, "Horovod: tensor-fusion buffer (MB; 0 = no fusion)")
+    publish_every_s: float = knob(0.5, "live telemetry cadence in seconds (0 = telemetry off)")
+    noise_scale: bool = knob(True, "estimate the gradient noise scale (McCandlish et al. 2018)")
+    max_steps: int = knob(0, "stop after this many steps (0 = run all epochs)")
+    seed: int = knob(0, "data generation, shuffling and weight init")
+    name: str = knob("", "optional label shown in legends and run listings")
+    tags: tuple = knob((), "free-form labels (e.g. the sweep a run belongs to)")
 
     def __post_init__(self) -> None:
         # Normalise list-valued fields coming from JSON/CLI into tuples (hashable, frozen).
@@ -225,10 +243,12 @@ def _validate(cfg: RunConfig) -> None:
     _choice(cfg, "lr_scaling", LR_SCALINGS)
     _choice(cfg, "lr_schedule", LR_SCHEDULES)
     _choice(cfg, "precision", PRECISIONS)
+    _choice(cfg, "grad_allreduce", GRAD_ALLREDUCES)
     _int_range(cfg, "num_samples", 100, 10_000_000)
     _int_range(cfg, "batch_per_worker", 1, 65536)
     _int_range(cfg, "base_batch", 1, 10_000_000)
-    _int_range(cfg, "steps_per_call", 1, 1000)
+    _int_range(cfg, "steps_per_call", 0, MAX_STEPS_PER_CALL)
+    _int_range(cfg, "synthetic_classes", 2, 100_000)
     _int_range(cfg, "max_steps", 0)
     _int_range(cfg, "seed", 0, 2**31 - 1)
     _float_range(cfg, "epochs", 0.0, 10_000, lo_open=True)
@@ -238,7 +258,9 @@ def _validate(cfg: RunConfig) -> None:
     _float_range(cfg, "weight_decay", 0.0, 1.0)
     _float_range(cfg, "lars_eta", 0.0, 10.0, lo_open=True)
     _float_range(cfg, "publish_every_s", 0.0, 3600)
-    for name in ("fp16_allreduce", "noise_scale"):
+    _float_range(cfg, "hvd_cycle_time_ms", 0.0, 1000.0, lo_open=True)
+    _float_range(cfg, "hvd_fusion_mb", 0.0, 4096.0)
+    for name in ("fp16_allreduce", "noise_scale", "xla"):
         if not isinstance(getattr(cfg, name), bool):
             _fail(name, getattr(cfg, name), "True or False")
     if not isinstance(cfg.name, str) or len(cfg.name) > 120:

@@ -3,6 +3,11 @@
 Start/stop come in pairs (ipyparallel's own style); `with Lab(...) as lab:` tears everything
 down, and an `atexit` hook stops labs a notebook forgot. TensorFlow and Horovod are imported only
 on the engines (by `hpclab.rank.engine`), never here.
+
+Messages go to the ``hpclab.lab`` logger (no handler of our own: an application's logging
+configuration decides). Warnings a user must act on show even without any configuration, through
+Python's last-resort handler on stderr; the lab's state is also on the object (`healthy`, `lost`,
+`repr(lab)`), and the panel's status line says the same.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from hpclab.run import Run
 from hpclab.runs import RunStore
 
 LAUNCHERS = ("mpi",)  # engines under mpiexec; Slurm launch modes are planned, not yet offered
+log = logging.getLogger(__name__)
 _LIVE_LABS: weakref.WeakSet[Lab] = weakref.WeakSet()
 
 
@@ -35,8 +41,9 @@ def _check_args(workers, launcher, threads_per_worker, start_timeout) -> None:
         )
     if launcher not in LAUNCHERS:
         raise ConfigError(
-            f"Lab.launcher must be one of {', '.join(map(repr, LAUNCHERS))}; "
-            f"you passed launcher={launcher!r}."
+            "Lab.launcher must be 'mpi' (engines started by mpiexec), the only launcher this "
+            "version supports; Slurm support is tracked for a later version. "
+            f"You passed launcher={launcher!r}."
         )
     if (
         not isinstance(threads_per_worker, int)
@@ -65,6 +72,9 @@ class Lab:
     >>> with Lab(workers=2) as lab:
     ...     run = lab.run(RunConfig())
     ...     run.wait()
+
+    `verbose=True` prints one line when the engines are ready (in the cell that started them; it
+    is also logged at INFO). `lab.ranks` maps rank -> engine id, pid and host.
     """
 
     def __init__(
@@ -93,9 +103,14 @@ class Lab:
         self.ranks: list[dict] = []
         self.current_run: Run | None = None
         self.startup_s: float | None = None
+        # controller_s, engines_s (registered), tf_import_s and horovod_init_s (slowest rank),
+        # total_s: where a cold start goes (benchmarks/run.py reports them)
+        self.startup_phases: dict[str, float] = {}
         self._cluster = None
         self._engine_ids: list[int] = []
         self._lost: str | None = None
+        defaults = RunConfig()
+        self._horovod = (defaults.hvd_cycle_time_ms, defaults.hvd_fusion_mb)
         _LIVE_LABS.add(self)  # before start(): an interrupted start still gets cleaned up at exit
         self.start()
 
@@ -118,6 +133,7 @@ class Lab:
             "TF_CPP_MIN_LOG_LEVEL": "2",
             "OMP_NUM_THREADS": str(self.threads_per_worker),
             "PYTHONUNBUFFERED": "1",
+            **horovod_env(*self._horovod),
         }
         config.EngineLauncher.environment = env
         self.runs_dir.mkdir(parents=True, exist_ok=True)
@@ -126,11 +142,21 @@ class Lab:
             n=self.workers,
             config=config,
             engine_timeout=int(self.start_timeout),
-            log_level=logging.ERROR,
-        )  # our own errors say what to do
+            log_level=logging.ERROR,  # our own errors say what to do
+            delay=0,  # engines wait for the controller's connection file themselves (10 s)
+        )
         self._cluster = cluster
+        phases = {}
         try:
-            self.client = cluster.start_and_connect_sync()
+            # Cluster.start_and_connect, step by step so each phase is timed.
+            cluster.start_controller_sync()
+            phases["controller_s"] = time.perf_counter() - t0
+            cluster.start_engines_sync(self.workers)
+            self.client = cluster.connect_client_sync()
+            self.client.wait_for_engines(
+                self.workers, timeout=self.start_timeout, interactive=False
+            )
+            phases["engines_s"] = time.perf_counter() - t0 - phases["controller_s"]
         except (TimeoutError, ipp.error.TimeoutError) as exc:
             output = self.launcher_output()
             self.stop()
@@ -139,6 +165,7 @@ class Lab:
                 f"{self.start_timeout:g} s ({exc}); check that `hpclab doctor` passes."
                 + (f"\nmpiexec said:\n{output[-2000:]}" if output else "")
             ) from None
+        _stop_forgotten_labs_first()  # ipyparallel has registered its exit hook by now
         ids = sorted(self.client.ids)
         try:
             identities = self.client[ids].apply_sync(engine.init_worker, self.threads_per_worker)
@@ -148,16 +175,19 @@ class Lab:
                 f"the engines started but could not initialise TensorFlow/Horovod "
                 f"({exc}); run `hpclab doctor` to see which part is missing."
             ) from exc
+        for phase in ("tf_import_s", "horovod_init_s"):
+            phases[phase] = max(ident.pop(phase, 0.0) for ident in identities)
         order = sorted(range(len(ids)), key=lambda i: identities[i]["rank"])
         self._engine_ids = [ids[i] for i in order]
         self.ranks = [dict(identities[i], engine_id=ids[i]) for i in order]
         self.view = self.client[self._engine_ids]
         self._lost = None
         self.startup_s = time.perf_counter() - t0
-        if self.verbose:
-            print(
-                f"hpclab: {self.workers} MPI engine(s) with Horovod ready in {self.startup_s:.1f} s"
-            )
+        self.startup_phases = {**phases, "total_s": self.startup_s}
+        ready = f"{self.workers} MPI engine(s) with Horovod ready in {self.startup_s:.1f} s"
+        log.info(ready)
+        if self.verbose:  # start() runs on the caller's thread: the user's cell, never a monitor
+            print(f"hpclab: {ready}")
 
     def stop(self) -> None:
         """Stop a running run (if any), the engines and the controller."""
@@ -168,8 +198,7 @@ class Lab:
             try:  # a clean exit lets Horovod and MPI finalise together (TERM alone takes 5 s)
                 self.client.shutdown(targets=self._engine_ids, block=True)
             except Exception as exc:  # noqa: BLE001 — engines already gone: the cluster stop below cleans up
-                if self.verbose:
-                    print(f"hpclab: engine shutdown reported {exc!r}")
+                log.info("engine shutdown reported %r; stopping the cluster cleans up", exc)
         if self.client is not None:
             try:
                 self.client.close()
@@ -199,7 +228,13 @@ class Lab:
 
     @property
     def healthy(self) -> bool:
+        """Engines running and usable (False when stopped or lost)."""
         return self._cluster is not None and self._lost is None
+
+    @property
+    def lost(self) -> str | None:
+        """Why the engines were lost (a sentence), or None; the next `run()` restarts them."""
+        return self._lost
 
     def launcher_output(self) -> str:
         """What mpiexec and the engines printed (for naming a rank that died)."""
@@ -227,8 +262,18 @@ class Lab:
                 "run.stop() or run.wait() before starting another."
             )
         if self._lost is not None:
-            if self.verbose:
-                print(f"hpclab: the previous engines were lost ({self._lost}); restarting them.")
+            log.warning("the previous engines were lost (%s); restarting them.", self._lost)
+            self.restart()
+        wanted = (cfg.hvd_cycle_time_ms, cfg.hvd_fusion_mb)
+        if wanted != self._horovod and self._cluster is not None:
+            # Horovod reads these once, at hvd.init(): other values need fresh engines.
+            log.warning(
+                "restarting the engines for Horovod cycle time %g ms and fusion buffer %g MB "
+                "(they were %g ms and %g MB).",
+                *wanted,
+                *self._horovod,
+            )
+            self._horovod = wanted
             self.restart()
         if self._cluster is None:
             raise LabError("this lab is stopped; call lab.start() or make a new Lab.")
@@ -242,6 +287,7 @@ class Lab:
                 "lab": {
                     "launcher": self.launcher,
                     "threads_per_worker": self.threads_per_worker,
+                    "horovod_env": horovod_env(*self._horovod),
                     "ranks": self.ranks,
                 },
             }
@@ -270,13 +316,18 @@ class Lab:
 
     def _abort(self) -> None:
         """Last resort: end the MPI job (signals land at different points on different ranks)."""
+        import psutil  # ipyparallel's own dependency: its launchers raise psutil.NoSuchProcess
+
         if self._cluster is None:
             return
         try:
             self._cluster.signal_engines_sync(signal.SIGKILL)
-        except Exception as exc:  # noqa: BLE001 — already gone is fine; say anything else
-            if self.verbose:
-                print(f"hpclab: aborting the engines reported {exc!r}")
+        except (ProcessLookupError, psutil.NoSuchProcess) as exc:  # already gone: the usual case
+            log.debug("aborting the engines: %r (already gone)", exc)
+        except Exception as exc:  # noqa: BLE001 — from a run's monitor thread: log, never raise
+            log.warning(
+                "aborting the engines reported %r; if they still run, call lab.restart().", exc
+            )
 
     def sweep(self, cfg: RunConfig, *, progress=None, **grid):
         from hpclab.sweep import run_sweep
@@ -291,13 +342,33 @@ class Lab:
         return Panel(self, **kwargs).widget
 
 
-@atexit.register
+def horovod_env(cycle_time_ms: float, fusion_mb: float) -> dict[str, str]:
+    """The environment that gives Horovod's background loop these settings at `hvd.init()`:
+    the cycle between negotiation rounds and the tensor-fusion buffer (Horovod docs,
+    "Tensor Fusion"; 0 MB turns fusion off)."""
+    return {
+        "HOROVOD_CYCLE_TIME": f"{cycle_time_ms:g}",
+        "HOROVOD_FUSION_THRESHOLD": str(int(fusion_mb * 1024 * 1024)),
+    }
+
+
 def _stop_forgotten_labs() -> None:
     for lab in list(_LIVE_LABS):
         try:
             lab.stop()
         except Exception:  # noqa: BLE001 — interpreter shutdown: best effort only
             pass
+
+
+def _stop_forgotten_labs_first() -> None:
+    """(Re-)register the exit hook after ipyparallel's own: atexit runs the last registered first,
+    so a forgotten lab still shuts its engines down cleanly (Horovod and MPI finalise together)
+    before ipyparallel's hook stops whatever cluster is left."""
+    atexit.unregister(_stop_forgotten_labs)
+    atexit.register(_stop_forgotten_labs)
+
+
+atexit.register(_stop_forgotten_labs)
 
 
 __all__ = ["Lab", "LabError", "Run", "RunFailed", "find_mpiexec"]  # re-exported for hpclab

@@ -43,14 +43,15 @@ def throughput_stats(values: Sequence[float], skip: int | float = 0.1) -> Throug
     return Throughput(float(kept.mean()), float(1.96 * kept.std()), int(kept.size))
 
 
-def speedup(t_n: float, t_1: float) -> float:
-    """Throughput ratio T_N / T_1."""
-    return t_n / t_1 if t_1 > 0 else float("nan")
+def efficiency(t_n: float | None, t_1: float | None, n: int) -> float:
+    """Scaling efficiency E(N) = T_N / (N · T_1); 1.0 is perfect linear scaling.
 
-
-def efficiency(t_n: float, t_1: float, n: int) -> float:
-    """Scaling efficiency E(N) = T_N / (N · T_1); 1.0 is perfect linear scaling."""
-    return t_n / (n * t_1) if t_1 > 0 and n > 0 else float("nan")
+    NaN when a throughput is missing (None, as a failed run records it), T_1 is not positive or
+    N < 1. Used by the comparison charts and the benchmark suite alike.
+    """
+    if t_n is None or t_1 is None or not t_1 > 0 or n < 1:
+        return float("nan")
+    return t_n / (n * t_1)
 
 
 def noise_components(

@@ -5,10 +5,15 @@ A background thread polls each rank's ipyparallel AsyncResult: rank 0's publishe
 client keeps the history), and every rank's completion or death. Rows go to the run folder as they
 arrive (`hpclab.runs.RunStore`), then to any `on_update` callbacks (the dashboard). The handle never
 blocks the notebook: `lab.run()` returns at once and `wait()` is opt-in.
+
+The monitor thread never prints (that would land in whatever notebook cell happens to run): what
+it has to say goes to the ``hpclab.run`` logger, and the handle carries the state (`status`,
+`error`, `summary`, `callback_errors`).
 """
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 import time
@@ -25,6 +30,8 @@ STOP_GRACE_S = 10.0  # after a STOP request to a training run, how long before t
 SETUP_GRACE_S = 180.0  # the same while ranks still set up (data generation, first trace), or
 # after rank 0 said the ranks left the loop (they are only finishing up)
 PEER_GRACE_S = 5.0  # a rank raised while others still run: they are blocked in an allreduce
+
+log = logging.getLogger(__name__)
 
 
 class Run:
@@ -49,6 +56,8 @@ class Run:
         self._rows: list[dict] = []
         self._epochs: list[dict] = []
         self._callbacks: list[Callable] = []
+        self.callback_errors = 0  # times an on_update callback raised (each one is logged)
+        self._failed_callbacks: set[int] = set()
         self._lock = threading.Lock()
         self._done = threading.Event()
         self.summary: dict = {}
@@ -146,6 +155,7 @@ class Run:
                     return
                 time.sleep(POLL_S)
         except Exception as exc:  # noqa: BLE001 — the monitor must never die silently: record why
+            log.exception("run %s: the run monitor failed", self.run_id)
             self._fail(f"the run monitor failed: {exc!r}", engines_lost=False)
 
     def _take_telemetry(self) -> None:
@@ -175,8 +185,18 @@ class Run:
         for cb in list(self._callbacks):
             try:
                 cb(self)
-            except Exception as exc:  # noqa: BLE001 — a broken chart must not stop the run's bookkeeping
-                print(f"hpclab: an on_update callback failed: {exc!r}")
+            except Exception:  # noqa: BLE001 — a broken chart must not stop the run's bookkeeping
+                self.callback_errors += 1
+                # each callback's first failure as an error; the same bug repeats at every poll
+                level = logging.DEBUG if id(cb) in self._failed_callbacks else logging.ERROR
+                self._failed_callbacks.add(id(cb))
+                log.log(
+                    level,
+                    "run %s: an on_update callback (%s) failed; the run goes on",
+                    self.run_id,
+                    getattr(cb, "__qualname__", repr(cb)),
+                    exc_info=True,
+                )
 
     def _finish(self) -> None:
         outcomes = [r.get(return_exceptions=True) for r in self._results]
@@ -283,6 +303,7 @@ class Run:
         except OSError:
             pass
         self._done.set()
+        log.info("run %s %s%s", self.run_id, status, f": {self.error}" if self.error else "")
         self._notify()
 
 

@@ -34,8 +34,6 @@ from hpclab.config import RunConfig, field_names
 from hpclab.errors import ConfigError, RunFailed
 from hpclab.runs import RunRecord, find_finished, load_run
 
-#: Datasets read from files a user stages as ``<data_dir>/<name>.npz`` (see hpclab.rank.data).
-
 Progress = Callable[[int, int, RunConfig, int, str], None]
 
 
@@ -262,7 +260,7 @@ def run_sweep(
         if lab.workers != point.workers:
             lab.restart(workers=point.workers)
         elif not lab.healthy:
-            lab.restart()  # the previous run lost its engines (Lab.run would do it, noisily)
+            lab.restart()  # the previous run lost its engines (Lab.run would too, with a warning)
         report(i, point, "running")
         t0 = time.perf_counter()
         run = lab.run(point.config)

@@ -84,6 +84,7 @@ class BuildEnv:
     python_tag: str  # "cp311"
     platform: str  # sysconfig platform, e.g. "linux-x86_64"
     mpi: MPIInfo
+    gpu_operations: str = ""  # HOROVOD_GPU_OPERATIONS of the build: "" (CPU only) or "NCCL"
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able dict."""
@@ -169,7 +170,11 @@ def wheel_cache_key(env: BuildEnv) -> str:
     mpi_part = f"{mpi.flavour}{_safe(mpi.version)}"
     if mpi.mode == "system":
         mpi_part = f"system-{mpi_part}-{mpi.fingerprint[:10]}"
-    return f"horovod{_safe(env.horovod)}-tf{_safe(env.tensorflow)}-{mpi_part}-{env.python_tag}"
+    gpu_part = f"-{env.gpu_operations.lower()}" if env.gpu_operations else ""
+    return (
+        f"horovod{_safe(env.horovod)}-tf{_safe(env.tensorflow)}-{mpi_part}{gpu_part}"
+        f"-{env.python_tag}"
+    )
 
 
 # (path in BuildEnv.to_dict(), what to call it in a sentence)
@@ -183,7 +188,9 @@ _COMPARED = (
     (("mpi", "version"), "MPI version"),
     (("mpi", "libmpi"), "MPI library path"),
     (("mpi", "fingerprint"), "MPI fingerprint (mpicc -show and version report)"),
+    (("gpu_operations",), "GPU operations (HOROVOD_GPU_OPERATIONS)"),
 )
+_OPTIONAL = {("gpu_operations",): ""}  # absent from older build.json files: their default
 
 
 def wheel_matches(meta: Mapping[str, Any], env: BuildEnv) -> tuple[bool, str]:
@@ -203,6 +210,8 @@ def wheel_matches(meta: Mapping[str, Any], env: BuildEnv) -> tuple[bool, str]:
         for part in path:
             then = then.get(part) if isinstance(then, Mapping) else None
             now = now[part]
+        if then is None and path in _OPTIONAL:
+            then = _OPTIONAL[path]
         if then != now:
             return (
                 False,
@@ -345,7 +354,16 @@ def read_env(environ: Mapping[str, str] = os.environ) -> BuildEnv:
         python_tag=f"cp{sys.version_info[0]}{sys.version_info[1]}",
         platform=sysconfig.get_platform(),
         mpi=read_mpi(mpi_mode(environ)),
+        gpu_operations=gpu_operations(environ),
     )
+
+
+def gpu_operations(environ: Mapping[str, str] = os.environ) -> str:
+    """HOROVOD_GPU_OPERATIONS for the build, as scripts/setup.sh decided it (HPCLAB_GPU_OPS)."""
+    ops = environ.get("HPCLAB_GPU_OPS", "").strip().upper()
+    if ops not in ("", "NCCL"):
+        raise BuildEnvError(f"HPCLAB_GPU_OPS must be empty or NCCL; it is {ops!r}.")
+    return ops
 
 
 # ----------------------------------------------------------------------------------------------

@@ -38,16 +38,13 @@ def code(text: str):
 
 
 # The preset every notebook starts from. 40,960 samples = 32,768 for training (a power of two, so
-# every batch size used here divides an epoch exactly) + 8,192 for validation. steps_per_call=4
-# keeps the compile at the start of each run short (a few seconds) while still amortising the
-# per-call Python overhead over 4 optimizer steps.
+# every batch size used here divides an epoch exactly) + 8,192 for validation.
 PRESET_NOTE = """\
 **The preset.** `num_samples=40960` gives 32,768 training samples (a power of two, so every
 batch size in these notebooks divides an epoch exactly) and 8,192 validation samples. The
 first notebook that asks for it generates MNIST-1D once and caches it in `data/` (about half a
-minute); afterwards it loads in a blink. `steps_per_call=4` compiles four optimizer steps into one
-TensorFlow call: each run starts with a short compile, and the Python overhead per call is shared
-by four steps."""
+minute); afterwards it loads in a blink. Each run starts with a short compile (a second or two),
+then runs many optimizer steps per TensorFlow call, so Python's overhead hardly shows."""
 
 # =============================================================================================
 # 00 welcome
@@ -104,7 +101,7 @@ ranks), the peak learning rate after scaling, and the steps per epoch.
         + PRESET_NOTE
     ),
     code("""\
-cfg = RunConfig(num_samples=40960, steps_per_call=4, batch_per_worker=64, epochs=2)
+cfg = RunConfig(num_samples=40960, batch_per_worker=64, epochs=2)
 cfg.derived(lab.workers)"""),
     md("""\
 ## Train, and watch it live
@@ -214,7 +211,7 @@ pairs at batch 2048. LARS always needs such tuning: the paper's η = 0.001 goes 
 large learning rates of ImageNet ResNets (try it in the exercise)."""
     ),
     code("""\
-base = RunConfig(num_samples=40960, steps_per_call=4, epochs=3)
+base = RunConfig(num_samples=40960, epochs=3)
 
 no_scaling = base.replace(lr_scaling="none", warmup_epochs=0)
 linear = base.replace(lr_scaling="linear", warmup_epochs=1)
@@ -328,7 +325,7 @@ from hpclab.views.comparison import compare, steps_to_target_chart"""),
 lab = Lab(workers=2)"""),
     md(PRESET_NOTE),
     code("""\
-base = RunConfig(num_samples=40960, steps_per_call=4)"""),
+base = RunConfig(num_samples=40960)"""),
     md("""\
 ## Part 1 — hardware efficiency: samples/s vs batch
 
@@ -440,15 +437,14 @@ lab = Lab(workers=2)"""),
         PRESET_NOTE
         + """
 
-We read throughput only, so the runs are short: 128 steps for the CNN, 48 for ResNet-20 (two
-steps per compiled call). The learning rate is left unscaled, so no run is cut short by a
+We read throughput only, so the runs are short: 128 steps for the CNN, 48 for ResNet-20. The learning rate is left unscaled, so no run is cut short by a
 blow-up at a large batch."""
     ),
     code("""\
-cnn = RunConfig(num_samples=40960, steps_per_call=4, epochs=16, max_steps=128,
+cnn = RunConfig(num_samples=40960, epochs=16, max_steps=128,
                 lr_scaling="none")
 resnet = RunConfig(dataset="synthetic", model="resnet20", num_samples=4096,
-                   batch_per_worker=16, max_steps=48, steps_per_call=2, lr_scaling="none")"""),
+                   batch_per_worker=16, max_steps=48, lr_scaling="none")"""),
     md("""\
 ## The sweeps
 
@@ -493,15 +489,15 @@ higher than shared memory's — the small-model lesson gets stronger there, not 
 
 1. Horovod can compress gradients to float16 for the allreduce (`fp16_allreduce=True`). Does it
    change E(2) for the CNN at 16 per worker? For ResNet-20?
-2. `steps_per_call` is how many optimizer steps are compiled into one call (one Python round
-   trip). Measure the CNN at 16 per worker with `steps_per_call=1` and `8`, on 1 and 2 workers.
-   Which overhead does it remove — the Python call, or the allreduce?
+2. `steps_per_call` is how many optimizer steps run in one compiled call (one Python round
+   trip); by default (0) the lab sizes calls to last ~0.15 s. Measure the CNN at 16 per worker
+   with `steps_per_call=1` and the default, on 1 and 2 workers. Which overhead does it remove —
+   the Python call, or the allreduce?
 
 *Hints:* `lab.sweep(cnn.replace(fp16_allreduce=True), batch_per_worker=[16], workers=[1, 2])`,
 then `scaling_efficiency(...)` on the new records together with the old. For 1, think about
 which part of the allreduce's cost compression can shorten: the latency, or size ÷ bandwidth?
-For 2, each sweep point recompiles: larger `steps_per_call` compiles longer at the start of a
-run."""),
+For 2, compare the per-step time at 1 worker (no allreduce at all) with 2 workers."""),
     code("""\
 # your experiments here"""),
     code("""\
@@ -557,7 +553,7 @@ same recipe as notebook 02, so if you ran 02 first, the sweep reuses its four re
 only trains the fifth."""
     ),
     code("""\
-accurate = RunConfig(num_samples=40960, steps_per_call=4, epochs=6, lr_scaling="sqrt",
+accurate = RunConfig(num_samples=40960, epochs=6, lr_scaling="sqrt",
                      warmup_epochs=1)
 records = lab.sweep(accurate, batch_per_worker=[64, 128, 256, 512, 1024])"""),
     md("""\
@@ -653,7 +649,7 @@ from hpclab.views.comparison import compare"""),
 lab = Lab(workers=2)"""),
     md(PRESET_NOTE),
     code("""\
-base = RunConfig(num_samples=40960, steps_per_call=4, batch_per_worker=256, epochs=4)"""),
+base = RunConfig(num_samples=40960, batch_per_worker=256, epochs=4)"""),
     md("""\
 ## float32 vs mixed bfloat16, same run otherwise
 
@@ -699,12 +695,12 @@ Compare this `samples_per_sec` with the float32 runs above (same batch, same mod
 
 16-bit units pay off when the work is large matrix and convolution arithmetic. ResNet-20
 (0.27 M parameters, 2-D convolutions) on 32×32×3 synthetic images is such a model. 48
-steps of batch 16 per worker, two steps per compiled call, are enough to measure throughput
+steps of batch 16 per worker are enough to measure throughput
 (synthetic data: there is no accuracy to read). Each run still takes a while: ResNet-20 does
 far more arithmetic per sample, and compiling it takes longer too."""),
     code("""\
 resnet = RunConfig(dataset="synthetic", model="resnet20", num_samples=4096,
-                   batch_per_worker=16, max_steps=48, steps_per_call=2)
+                   batch_per_worker=16, max_steps=48)
 conv_records = lab.sweep(resnet, precision=["float32", "mixed_bfloat16"])
 compare(conv_records).table[["label", "precision", "status", "samples_per_sec", "wall_time_s"]]"""),
     md("""\

@@ -20,6 +20,12 @@
 #                       cache key carries a hash of `mpicc -show` plus mpichversion/ompi_info output.
 #                       NOTE: this path cannot be exercised on the project's test machines (they
 #                       have no site MPI); it follows the mpi4py and Horovod install docs.
+#   HPCLAB_GPU=auto     (default) GPU build when `nvidia-smi -L` lists a GPU and `nvcc` is on PATH;
+#   HPCLAB_GPU=nccl     force it; HPCLAB_GPU=none never. A GPU build swaps tensorflow-cpu for
+#                       `tensorflow[and-cuda]==2.15.1` (CUDA 12.2 / cuDNN 8.9 from PyPI) and compiles
+#                       Horovod with HOROVOD_GPU_OPERATIONS=NCCL (Horovod's GPU install docs); the
+#                       wheel cache key ends in -nccl. NOTE: written to those docs, never run here:
+#                       the project's test machines have no GPU.
 #   HPCLAB_PYTHON       interpreter to create the venv with (must be Python 3.11).
 #   HPCLAB_BUILD_JOBS   parallel compile jobs for Horovod (default: nproc, at most 8; each job
 #                       needs about 1.5 GB of memory because of the TensorFlow headers).
@@ -44,6 +50,15 @@ case "$MPI_MODE" in
   pypi|system) ;;
   *) die "HPCLAB_MPI must be 'pypi' or 'system', you set HPCLAB_MPI='$MPI_MODE'." ;;
 esac
+case "${HPCLAB_GPU:-auto}" in
+  none) GPU_OPS="" ;;
+  nccl) GPU_OPS=NCCL ;;
+  auto) GPU_OPS=""
+        if command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q '^GPU ' \
+           && command -v nvcc >/dev/null; then GPU_OPS=NCCL; fi ;;
+  *) die "HPCLAB_GPU must be 'auto', 'nccl' or 'none', you set HPCLAB_GPU='$HPCLAB_GPU'." ;;
+esac
+export HPCLAB_GPU_OPS="$GPU_OPS"  # read by scripts/horovod_cache.py (cache key, build.json)
 
 # One setup at a time per checkout (two terminals, or `make -j`): the second waits for the first.
 mkdir -p "$CACHE"
@@ -84,7 +99,7 @@ fi
 stamp_now() {
   {
     cat requirements/base.in requirements/lock.txt pyproject.toml
-    echo "mpi=$MPI_MODE"
+    echo "mpi=$MPI_MODE gpu=$GPU_OPS"
     if [[ -n "$SYSTEM_MPICC" ]]; then "$SYSTEM_MPICC" -show 2>/dev/null || "$SYSTEM_MPICC" --showme; fi
   } | sha256sum | cut -d' ' -f1
 }
@@ -110,6 +125,12 @@ else
     "$PY" -m pip install -r "$reqs" -c requirements/lock.txt
     MPICC="$SYSTEM_MPICC" "$PY" -m pip install --no-binary=mpi4py --no-cache-dir --force-reinstall \
       --no-deps "mpi4py" -c requirements/lock.txt
+  fi
+  if [[ -n "$GPU_OPS" ]]; then
+    # The same TensorFlow 2.15.1 with its CUDA 12.2 / cuDNN 8.9 wheels instead of the CPU build.
+    echo "    GPU build: tensorflow[and-cuda]==2.15.1 instead of tensorflow-cpu"
+    "$PY" -m pip uninstall --yes tensorflow-cpu
+    "$PY" -m pip install "tensorflow[and-cuda]==2.15.1" -c requirements/lock.txt
   fi
   "$PY" -m pip install --quiet --no-deps --no-build-isolation -e .
   echo "$MPI_MODE" > "$VENV/hpclab-mpi-mode"
@@ -139,6 +160,7 @@ build_horovod() {  # build_horovod KEY DIR: compile the wheel into DIR with its 
   if ! env PATH="$VENV/bin:$PATH" \
       HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_MPI=1 HOROVOD_WITH_GLOO=1 \
       HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 \
+      ${GPU_OPS:+HOROVOD_GPU_OPERATIONS=$GPU_OPS} \
       CMAKE_POLICY_VERSION_MINIMUM=3.5 MAKEFLAGS="-j$jobs" \
       "$PY" -m pip wheel --no-build-isolation --no-deps --no-cache-dir -w "$tmp" \
       "horovod==$HOROVOD_VERSION" > "$log" 2>&1; then

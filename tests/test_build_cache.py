@@ -252,3 +252,31 @@ def test_warm_setup_reuses_everything_and_is_fast():
     assert "hpclab doctor: OK" in output, output[-3000:]
     assert elapsed < 120, f"warm setup took {elapsed:.0f} s"
     print(f"warm scripts/setup.sh: {elapsed:.1f} s", file=sys.stderr)
+
+
+# -- GPU builds (HPCLAB_GPU; no GPU here: the key and metadata logic is what can be tested) ------
+
+
+def test_an_nccl_build_has_its_own_key():
+    cpu, gpu = make_env(), make_env(gpu_operations="NCCL")
+    assert _build.wheel_cache_key(gpu) == "horovod0.28.1-tf2.15.1-mpich5.0.2-nccl-cp311"
+    assert _build.wheel_cache_key(cpu) != _build.wheel_cache_key(gpu)
+
+
+def test_a_cpu_wheel_is_not_reused_for_a_gpu_build_and_old_metadata_means_cpu():
+    cpu_meta = _build.make_meta(make_env(), "horovod-0.28.1-cp311-linux_x86_64.whl", 1.0)
+    ok, why = _build.wheel_matches(cpu_meta, make_env(gpu_operations="NCCL"))
+    assert not ok and "GPU operations" in why and "'NCCL'" in why
+    # build.json files written before the field existed describe CPU builds: still reusable.
+    del cpu_meta["env"]["gpu_operations"]
+    assert _build.wheel_matches(cpu_meta, make_env())[0]
+
+
+@pytest.mark.parametrize("value,expected", [("", ""), ("nccl", "NCCL"), (" NCCL ", "NCCL")])
+def test_gpu_operations_come_from_setup(value, expected):
+    assert _build.gpu_operations({"HPCLAB_GPU_OPS": value}) == expected
+
+
+def test_unknown_gpu_operations_are_refused_by_name():
+    with pytest.raises(_build.BuildEnvError, match="HPCLAB_GPU_OPS must be empty or NCCL"):
+        _build.gpu_operations({"HPCLAB_GPU_OPS": "ROCM"})

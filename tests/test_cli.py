@@ -12,10 +12,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from fakes import write_run
 
 from hpclab.config import RunConfig
-from hpclab.runs import RunStore, load_run
-from hpclab.tools import cli
+from hpclab.runs import load_run
+from hpclab.tools import cli, cli_fields
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -33,55 +34,6 @@ def hpclab(*args: str, timeout: float = 300, cwd: Path | None = None):
     )
 
 
-def record(
-    root: Path, cfg: RunConfig, workers: int = 2, status: str = "finished", acc: float = 0.9
-) -> Path:
-    """A run folder as the Run handle writes it (config, epochs, summary)."""
-    store = RunStore(root)
-    store.create({"config": cfg.to_dict(), "workers": workers, "derived": cfg.derived(workers)})
-    spe = cfg.steps_per_epoch(workers)
-    store.append_history(
-        [
-            {
-                "step": s,
-                "samples": s * cfg.global_batch(workers),
-                "time_s": 0.1 * s,
-                "loss": 1.0 / s,
-                "accuracy": 0.5,
-                "lr": cfg.peak_lr(workers),
-                "samples_per_sec": 5000.0,
-                "rank_samples_per_sec": [2500.0] * workers,
-            }
-            for s in range(1, spe + 1)
-        ]
-    )
-    store.append_epochs(
-        [
-            {
-                "epoch": 1,
-                "step": spe,
-                "time_s": 0.1 * spe,
-                "val_accuracy": acc,
-                "val_loss": 1 - acc,
-                "samples_per_sec": 5000.0,
-            }
-        ]
-    )
-    store.write_summary(
-        {
-            "run_id": store.run_id,
-            "status": status,
-            "val_accuracy": acc,
-            "world_size": workers,
-            "global_batch": cfg.global_batch(workers),
-            "samples_per_sec": 5000.0,
-            "wall_time_s": 3.0,
-            "config": cfg.to_dict(),
-        }
-    )
-    return store.path
-
-
 # ---------------------------------------------------------------------------------------------
 # parsing
 # ---------------------------------------------------------------------------------------------
@@ -96,11 +48,25 @@ def test_help_lists_every_runconfig_field(command, capsys):
     for f in dataclasses.fields(RunConfig):
         assert "--" + f.name.replace("_", "-") in text, f.name
     assert "{none,linear,sqrt}" in text and "--workers" in text and "--runs-dir" in text
-    assert "samples per rank per step" in text  # the field's comment in config.py is its help
     if command == "run":
         assert "--no-fp16-allreduce" in text and "--json" in text
     else:
         assert "--report" in text
+
+
+@pytest.mark.parametrize("command", ["run", "sweep"])
+def test_help_text_is_each_fields_metadata(command, capsys):
+    """`hpclab run --help` shows each field's dataclass metadata["help"] beside its option."""
+    with pytest.raises(SystemExit):
+        cli.main([command, "--help"])
+    text = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
+    section = text[text.index("run configuration (hpclab.RunConfig fields") : text.index(" lab: ")]
+    fields = dataclasses.fields(RunConfig)
+    starts = [section.index(" --" + f.name.replace("_", "-")) for f in fields]
+    assert starts == sorted(starts)  # listed in declaration order
+    for f, start, end in zip(fields, starts, [*starts[1:], len(section)]):
+        words = " ".join(f.metadata["help"].split())
+        assert words in section[start:end], f"{f.name}: {words!r} not beside its option"
 
 
 def test_run_options_become_a_runconfig():
@@ -123,7 +89,7 @@ def test_run_options_become_a_runconfig():
             "4",
         ]
     )
-    cfg = RunConfig(**cli._field_values(args))
+    cfg = RunConfig(**cli_fields.field_values(args))
     assert (cfg.batch_per_worker, cfg.lr_scaling, cfg.base_lr) == (128, "sqrt", 0.1)
     assert cfg.image_shape == (16, 16, 1) and cfg.tags == ("a", "b")
     assert cfg.fp16_allreduce is True and cfg.noise_scale is False
@@ -150,7 +116,7 @@ def test_sweep_options_take_comma_lists():
             "1,2",
         ]
     )
-    values = cli._field_values(args)
+    values = cli_fields.field_values(args)
     assert values["batch_per_worker"] == [32, 128, 512]
     assert values["lr_scaling"] == ["none", "linear"]
     assert values["fp16_allreduce"] == [False, True] and values["noise_scale"] == [False]
@@ -158,7 +124,7 @@ def test_sweep_options_take_comma_lists():
     assert values["name"] == ["a,b"]  # a name is one value, never swept
     assert args.workers == [1, 2]
     one = cli.build_parser().parse_args(["sweep", "--image-shape", "32,32,3", "--fp16-allreduce"])
-    assert cli._field_values(one) == {"image_shape": [(32, 32, 3)], "fp16_allreduce": [True]}
+    assert cli_fields.field_values(one) == {"image_shape": [(32, 32, 3)], "fp16_allreduce": [True]}
 
 
 @pytest.mark.parametrize(
@@ -214,13 +180,13 @@ def test_no_command_prints_help_and_exits_2(capsys):
 
 
 def test_runs_lists_recorded_runs(tmp_path, capsys):
-    a = record(tmp_path, RunConfig(batch_per_worker=32), acc=0.912)
-    b = record(
+    a = write_run(tmp_path, RunConfig(batch_per_worker=32), val_accs=[0.912])
+    b = write_run(
         tmp_path,
         RunConfig(batch_per_worker=256, lr_scaling="none"),
         workers=1,
         status="diverged",
-        acc=0.1,
+        val_accs=[0.1],
     )
     assert cli.main(["runs", "--runs-dir", str(tmp_path)]) == 0
     out = capsys.readouterr().out
@@ -236,7 +202,7 @@ def test_runs_on_an_empty_folder(tmp_path, capsys):
 
 def test_report_of_run_folders_and_of_a_runs_root(tmp_path, capsys):
     runs = tmp_path / "runs"
-    paths = [record(runs, RunConfig(batch_per_worker=b)) for b in (32, 256)]
+    paths = [write_run(runs, RunConfig(batch_per_worker=b)) for b in (32, 256)]
     out = tmp_path / "one.html"
     assert cli.main(["report", str(paths[0]), "-o", str(out), "--title", "One"]) == 0
     assert capsys.readouterr().out.strip() == str(out)
@@ -250,7 +216,7 @@ def test_report_of_run_folders_and_of_a_runs_root(tmp_path, capsys):
 def test_a_recorded_sweep_is_skipped_without_starting_engines(tmp_path, capsys):
     base = RunConfig(num_samples=4000, epochs=1)
     for b in (32, 64):
-        record(tmp_path, base.replace(batch_per_worker=b))
+        write_run(tmp_path, base, batch_per_worker=b)
     report = tmp_path / "sweep.html"
     code = cli.main(
         [

@@ -1,7 +1,7 @@
 """compare(), the sweep summary charts and the steps/time-to-target math.
 
-Sweep runs are written as real run folders and read back with load_run. Expected numbers are
-worked out here from the hand-chosen inputs, not taken from the code under test.
+Sweep runs are written as real run folders (tests/fakes.py) and read back with load_run. Expected
+numbers are worked out here from the hand-chosen inputs, not taken from the code under test.
 """
 
 from __future__ import annotations
@@ -11,94 +11,16 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from fakes import write_run
 
-from hpclab.config import RunConfig
-from hpclab.runs import RunStore, load_run
-from hpclab.views.comparison import (
-    Comparison,
-    accuracy_vs_batch,
-    compare,
-    default_target,
-    scaling_efficiency,
-    steps_to_target,
-    steps_to_target_chart,
-    time_to_target,
-)
+from hpclab.runs import load_run
+from hpclab.views.batch_charts import accuracy_vs_batch, steps_to_target_chart
+from hpclab.views.comparison import Comparison, compare
+from hpclab.views.outcomes import default_target, steps_to_target, time_to_target
+from hpclab.views.scaling_charts import scaling_efficiency, scaling_series
 
 SAMPLES = 20_000  # MNIST-1D samples generated for these runs
 TRAIN = 16_000  # 20 % of them are held out for validation
-
-
-def write_run(
-    root: Path,
-    *,
-    bpw: int,
-    workers: int,
-    val_accs: list[float],
-    epoch_s: float = 5.0,
-    lr_scaling: str = "linear",
-    name: str = "",
-    samples_per_sec: float = 10_000.0,
-    status: str = "finished",
-) -> Path:
-    cfg = RunConfig(
-        batch_per_worker=bpw,
-        lr_scaling=lr_scaling,
-        name=name,
-        epochs=len(val_accs),
-        num_samples=SAMPLES,
-    )
-    store = RunStore(root)
-    store.create({"config": cfg.to_dict(), "workers": workers, "derived": cfg.derived(workers)})
-    gb, spe = cfg.global_batch(workers), cfg.steps_per_epoch(workers)
-    hist = [
-        {
-            "step": s,
-            "epoch": s / spe,
-            "samples": s * gb,
-            "time_s": s / spe * epoch_s,
-            "loss": 1.0,
-            "accuracy": 0.5,
-            "lr": cfg.peak_lr(workers),
-            "samples_per_sec": samples_per_sec,
-            "rank_samples_per_sec": [samples_per_sec / workers] * workers,
-            "noise_scale": 100.0,
-        }
-        for s in range(spe // 2, spe * len(val_accs) + 1, spe // 2)
-    ]
-    store.append_history(hist)
-    store.append_epochs(
-        [
-            {
-                "epoch": k,
-                "step": k * spe,
-                "time_s": k * epoch_s,
-                "loss": 1.0 / k,
-                "accuracy": a,
-                "val_loss": 1.0 / k,
-                "val_accuracy": a,
-                "lr": cfg.peak_lr(workers),
-                "samples_per_sec": samples_per_sec,
-            }
-            for k, a in enumerate(val_accs, start=1)
-        ]
-    )
-    store.write_summary(
-        {
-            "run_id": store.run_id,
-            "status": status,
-            "val_accuracy": val_accs[-1],
-            "world_size": workers,
-            "global_batch": gb,
-            "lr": cfg.peak_lr(workers),
-            "samples_per_sec": samples_per_sec,
-            "samples_per_sec_ci95": 200.0,
-            "steps": spe * len(val_accs),
-            "wall_time_s": epoch_s * len(val_accs) + 4,
-            "versions": {"tensorflow": "2.15.1", "horovod": "0.28.1"},
-        }
-    )
-    return store.path
 
 
 # -- pure functions ------------------------------------------------------------------------------
@@ -145,7 +67,8 @@ def sweep(tmp_path) -> dict[str, Path]:
         # linear rule, growing global batch (64 per worker × 1, 2, 4 workers)
         "b64": write_run(
             tmp_path,
-            bpw=64,
+            num_samples=SAMPLES,
+            batch_per_worker=64,
             workers=1,
             val_accs=[0.70, 0.85, 0.90],
             epoch_s=10.0,
@@ -153,7 +76,8 @@ def sweep(tmp_path) -> dict[str, Path]:
         ),
         "b128": write_run(
             tmp_path,
-            bpw=64,
+            num_samples=SAMPLES,
+            batch_per_worker=64,
             workers=2,
             val_accs=[0.75, 0.82, 0.88],
             epoch_s=6.0,
@@ -161,7 +85,8 @@ def sweep(tmp_path) -> dict[str, Path]:
         ),
         "b256": write_run(
             tmp_path,
-            bpw=64,
+            num_samples=SAMPLES,
+            batch_per_worker=64,
             workers=4,
             val_accs=[0.60, 0.70, 0.78],
             epoch_s=4.0,
@@ -170,7 +95,8 @@ def sweep(tmp_path) -> dict[str, Path]:
         # sqrt rule at two batches (256 from one worker: a strong-scaling partner of b256)
         "sqrt128": write_run(
             tmp_path,
-            bpw=128,
+            num_samples=SAMPLES,
+            batch_per_worker=128,
             workers=1,
             lr_scaling="sqrt",
             val_accs=[0.80, 0.86, 0.89],
@@ -178,7 +104,8 @@ def sweep(tmp_path) -> dict[str, Path]:
         ),
         "sqrt256": write_run(
             tmp_path,
-            bpw=256,
+            num_samples=SAMPLES,
+            batch_per_worker=256,
             workers=1,
             lr_scaling="sqrt",
             val_accs=[0.78, 0.84, 0.87],
@@ -237,7 +164,14 @@ def test_compare_accepts_records_and_live_runs(sweep):
 
 
 def test_repr_html_escapes_config_text(tmp_path):
-    path = write_run(tmp_path, bpw=64, workers=1, val_accs=[0.5, 0.6], name="<b>x</b>")
+    path = write_run(
+        tmp_path,
+        num_samples=SAMPLES,
+        batch_per_worker=64,
+        workers=1,
+        val_accs=[0.5, 0.6],
+        name="<b>x</b>",
+    )
     html = compare([path])._repr_html_()
     assert "&lt;b&gt;x&lt;/b&gt;" in html and "<b>x</b>" not in html
 
@@ -306,7 +240,14 @@ def test_scaling_efficiency_weak_and_strong(sweep):
 
 def test_scaling_efficiency_relative_to_smallest_worker_count(tmp_path):
     paths = [
-        write_run(tmp_path, bpw=64, workers=n, val_accs=[0.5], samples_per_sec=t)
+        write_run(
+            tmp_path,
+            num_samples=SAMPLES,
+            batch_per_worker=64,
+            workers=n,
+            val_accs=[0.5],
+            samples_per_sec=t,
+        )
         for n, t in ((2, 16_000.0), (4, 24_000.0))
     ]
     fig = scaling_efficiency(paths)
@@ -317,10 +258,54 @@ def test_scaling_efficiency_relative_to_smallest_worker_count(tmp_path):
 
 def test_scaling_efficiency_without_series_says_why(tmp_path):
     paths = [
-        write_run(tmp_path, bpw=64, workers=1, val_accs=[0.5]),
-        write_run(tmp_path, bpw=32, workers=2, val_accs=[0.5], lr_scaling="sqrt"),
+        write_run(tmp_path, num_samples=SAMPLES, batch_per_worker=64, workers=1, val_accs=[0.5]),
+        write_run(
+            tmp_path,
+            num_samples=SAMPLES,
+            batch_per_worker=32,
+            workers=2,
+            val_accs=[0.5],
+            lr_scaling="sqrt",
+        ),
     ]
     # same global batch 64 from 1×64 and 2×32 → that IS a strong-scaling pair
     assert any("strong" in (t.name or "") for t in scaling_efficiency(paths).data)
     lonely = scaling_efficiency(paths[:1])
     assert any("differ only in worker count" in a.text for a in lonely.layout.annotations)
+
+
+def test_threads_per_worker_split_scaling_series(tmp_path):
+    # threads per worker is a Lab argument, recorded under "lab" in config.json, not in the config:
+    # the same config at 1 and 4 threads must give two series, never one averaged line
+    throughput = {(1, 1): 10_000.0, (1, 2): 18_000.0, (4, 1): 30_000.0, (4, 2): 45_000.0}
+    paths = [
+        write_run(
+            tmp_path,
+            num_samples=SAMPLES,
+            batch_per_worker=64,
+            workers=n,
+            threads_per_worker=threads,
+            val_accs=[0.5],
+            samples_per_sec=t,
+        )
+        for (threads, n), t in throughput.items()
+    ]
+    series = [s for s in scaling_series(paths) if s["kind"] == "weak"]
+    assert len(series) == 2  # not one series averaging 1 and 4 threads
+    weak = {s["threads_per_worker"]: s for s in series}
+    assert set(weak) == {1, 4}
+    assert weak[1]["throughput"] == [10_000.0, 18_000.0]
+    np.testing.assert_allclose(weak[1]["efficiency"], [1.0, 18 / 20])
+    assert weak[4]["throughput"] == [30_000.0, 45_000.0]
+    np.testing.assert_allclose(weak[4]["efficiency"], [1.0, 45 / 60])
+    assert "1 thread per worker" in weak[1]["name"] and "4 threads per worker" in weak[4]["name"]
+    names = {t.name for t in scaling_efficiency(paths).data if t.mode == "lines+markers"}
+    assert {weak[1]["name"], weak[4]["name"]} <= names
+
+
+def test_comparison_module_keeps_the_chart_names_notebooks_import():
+    from hpclab.views import batch_charts, comparison, scaling_charts
+
+    assert comparison.steps_to_target_chart is batch_charts.steps_to_target_chart
+    assert comparison.accuracy_vs_batch is batch_charts.accuracy_vs_batch
+    assert comparison.scaling_efficiency is scaling_charts.scaling_efficiency

@@ -1,5 +1,6 @@
 """RunConfig validation, serialisation and derived numbers (fast: no TF, no MPI)."""
 
+import dataclasses
 import math
 
 import pytest
@@ -37,7 +38,12 @@ BAD = [
     ("weight_decay", -1e-4, ">= 0"),
     ("lars_eta", 0.0, "> 0"),
     ("num_samples", 10, "integer from 100"),
-    ("steps_per_call", 0, "integer from 1"),
+    ("steps_per_call", -1, "integer from 0"),
+    ("steps_per_call", 1001, "to 1000"),
+    ("xla", "on", "True or False"),
+    ("grad_allreduce", "ring", "'grouped', 'per_tensor'"),
+    ("hvd_cycle_time_ms", 0, "> 0"),
+    ("hvd_fusion_mb", -1, ">= 0"),
     ("publish_every_s", -1, ">= 0"),
     ("max_steps", -1, "integer >= 0"),
     ("seed", -1, "integer from 0"),
@@ -91,6 +97,12 @@ def test_round_trip_through_plain_dict():
     d = cfg.to_dict()
     assert isinstance(d["image_shape"], list)
     assert RunConfig.from_dict(d) == cfg
+
+
+def test_every_field_has_help():
+    """The explanation beside each field is its metadata["help"]; the CLI shows it as help."""
+    for f in dataclasses.fields(RunConfig):
+        assert f.metadata.get("help", "").strip(), f"RunConfig.{f.name} has no metadata['help']"
 
 
 def test_frozen():

@@ -5,7 +5,6 @@ import threading
 
 import numpy as np
 import pytest
-import tensorflow as tf
 
 from hpclab.config import RunConfig
 from hpclab.rank import data
@@ -146,92 +145,3 @@ def test_shards_are_disjoint_equal_and_drop_the_remainder():
         np.testing.assert_array_equal(py, px * 10)  # pairs stay aligned
     with pytest.raises(ValueError, match="rank=4"):
         data.shard(x, y, 4, 4)
-
-
-def _collect(ds):
-    return [(xs.numpy(), ys.numpy()) for xs, ys in ds]
-
-
-def test_train_dataset_groups_and_epochs():
-    n, batch, steps, k = 130, 8, 13, 5  # 13 = 5 + 5 + 3 per epoch; 130 // 8 = 16 possible
-    x = np.arange(n, dtype=np.float32)[:, None].repeat(3, axis=1)
-    y = np.arange(n, dtype=np.int32)
-    ds = data.train_dataset(
-        x, y, batch=batch, steps_per_epoch=steps, steps_per_call=k, epochs=2.5, seed=0, rank=0
-    )
-    groups = _collect(ds)
-    assert [g[0].shape[0] for g in groups] == [5, 5, 3] * 3  # ceil(2.5) = 3 epochs
-    assert all(g[0].shape[1:] == (batch, 3) and g[1].shape[1:] == (batch,) for g in groups)
-    epochs = [np.concatenate([g[1].reshape(-1) for g in groups[i : i + 3]]) for i in (0, 3, 6)]
-    for labels in epochs:
-        assert len(labels) == steps * batch and len(set(labels.tolist())) == steps * batch
-    assert not np.array_equal(epochs[0], epochs[1])  # reshuffled each epoch
-    for xs, ys in groups:
-        np.testing.assert_array_equal(xs[..., 0], ys.astype(np.float32))  # x, y stay paired
-
-
-def test_train_dataset_is_seeded_and_differs_per_rank():
-    x = np.arange(64, dtype=np.float32)[:, None]
-    y = np.arange(64, dtype=np.int32)
-
-    def make(seed, rank):
-        return _collect(
-            data.train_dataset(
-                x, y, batch=4, steps_per_epoch=16, steps_per_call=16, epochs=1, seed=seed, rank=rank
-            )
-        )
-
-    np.testing.assert_array_equal(make(0, 0)[0][1], make(0, 0)[0][1])
-    assert not np.array_equal(make(0, 0)[0][1], make(0, 1)[0][1])
-    assert not np.array_equal(make(0, 0)[0][1], make(1, 0)[0][1])
-
-
-def test_train_dataset_refuses_too_few_samples():
-    x = np.zeros((10, 2), np.float32)
-    with pytest.raises(ValueError, match="fewer than steps_per_epoch"):
-        data.train_dataset(
-            x,
-            np.zeros(10, np.int32),
-            batch=4,
-            steps_per_epoch=3,
-            steps_per_call=2,
-            epochs=1,
-            seed=0,
-            rank=0,
-        )
-
-
-def test_train_dataset_feeds_a_multi_step_tf_function():
-    x = np.random.rand(64, 40).astype(np.float32)
-    y = np.zeros(64, np.int32)
-    it = iter(
-        data.train_dataset(
-            x, y, batch=8, steps_per_epoch=8, steps_per_call=4, epochs=1, seed=0, rank=0
-        )
-    )
-
-    @tf.function
-    def call(iterator):
-        xs, ys = next(iterator)
-        return tf.shape(xs)
-
-    assert call(it).numpy().tolist() == [4, 8, 40]
-
-
-def test_synthetic_train_dataset_structure():
-    ds = data.synthetic_train_dataset(
-        (8, 8, 3), batch=4, steps_per_epoch=5, steps_per_call=2, epochs=2, seed=0
-    )
-    groups = _collect(ds)
-    assert [g[0].shape for g in groups] == [(2, 4, 8, 8, 3), (2, 4, 8, 8, 3), (1, 4, 8, 8, 3)] * 2
-    assert groups[0][0].dtype == np.float32 and groups[0][1].dtype == np.int32
-    assert groups[0][1].min() >= 0 and groups[0][1].max() < 10
-    np.testing.assert_array_equal(groups[0][0][0], groups[-1][0][0])  # one batch, repeated
-
-
-def test_eval_dataset_keeps_the_remainder():
-    x = np.arange(21, dtype=np.float32)[:, None]
-    y = np.arange(21, dtype=np.int32)
-    batches = _collect(data.eval_dataset(x, y, 8))
-    assert [b[0].shape[0] for b in batches] == [8, 8, 5]
-    np.testing.assert_array_equal(np.concatenate([b[1] for b in batches]), y)  # in order

@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from hpclab.tools import cli
+from hpclab import launch
+from hpclab.tools import cli, doctor
 
 
 def run_doctor(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
@@ -69,3 +70,24 @@ def test_every_command_has_help_and_a_runner(capsys):
             parser.parse_args([name, "--help"])
         assert exit_info.value.code == 0
         assert f"hpclab {name}" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("beside_mode", [0o755, 0o644, None])
+def test_doctor_reports_the_mpiexec_a_lab_uses(beside_mode, tmp_path, monkeypatch):
+    """One rule: the doctor's mpiexec is launch.find_mpiexec's, also when the one beside
+    sys.executable exists but is not executable (the doctor once reported that one)."""
+    bin_dir, site = tmp_path / "venv" / "bin", tmp_path / "site"
+    for folder in (bin_dir, site):
+        folder.mkdir(parents=True)
+    (site / "mpiexec").write_text("#!/bin/sh\n")
+    (site / "mpiexec").chmod(0o755)
+    if beside_mode is not None:
+        (bin_dir / "mpiexec").write_text("#!/bin/sh\n")
+        (bin_dir / "mpiexec").chmod(beside_mode)
+    monkeypatch.setattr(sys, "executable", str(bin_dir / "python"))
+    monkeypatch.setenv("PATH", str(site))
+    assert doctor._mpiexec() == launch.find_mpiexec()
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    if beside_mode != 0o755:
+        with pytest.raises(doctor.DoctorError, match="No mpiexec found"):
+            doctor._mpiexec()

@@ -1,7 +1,10 @@
-"""The live dashboard: traces, controls, overlays, partial data and throttling.
+"""The live dashboard and what it draws from: the run adapter (views.facts), the trace specs and
+static figure (views.traces), and the widget (views.live): controls, overlays, partial data,
+throttling.
 
-Runs are written to real run folders (RunStore) and read back with load_run, so these tests also
-exercise the on-disk format the dashboard reads after a kernel restart.
+Runs are written to real run folders (tests/fakes.py, through RunStore) and read back with
+load_run, so these tests also exercise the on-disk format the dashboard reads after a kernel
+restart.
 """
 
 from __future__ import annotations
@@ -16,102 +19,16 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from fakes import FakeRun, make_history, write_run
 
 from hpclab.config import RunConfig
+from hpclab.errors import ConfigError
 from hpclab.runs import RunStore, load_run
-from hpclab.views.live import IDEAL_NOTE, Dashboard, ema, figure, trace_specs
+from hpclab.views.facts import ema, run_facts
+from hpclab.views.live import Dashboard
+from hpclab.views.traces import IDEAL_NOTE, figure, trace_specs
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def history_rows(
-    cfg: RunConfig,
-    workers: int,
-    n: int,
-    *,
-    rank_base: float = 9000.0,
-    seed: int = 0,
-    dt: float = 0.25,
-) -> list[dict]:
-    """Telemetry rows shaped like the engine's (docs/architecture.md, "History row")."""
-    rng = np.random.default_rng(seed)
-    gb, spe = cfg.global_batch(workers), cfg.steps_per_epoch(workers)
-    total = cfg.total_steps(workers)
-    rows = []
-    for i in range(1, n + 1):
-        step = max(1, i * total // n)
-        ranks = [float(rank_base * (1 + 0.03 * rng.standard_normal())) for _ in range(workers)]
-        rows.append(
-            {
-                "step": step,
-                "epoch": step / spe,
-                "samples": step * gb,
-                "time_s": dt * i,
-                "loss": 2.3 * math.exp(-i / 12) + 0.15 + 0.02 * rng.standard_normal(),
-                "accuracy": 0.95 - 0.85 * math.exp(-i / 10),
-                "lr": cfg.lr_at(step, workers),
-                "samples_per_sec": sum(ranks),
-                "rank_samples_per_sec": ranks,
-                "input_ms": 0.4,
-                "compute_ms": 6.0,
-                "grad_norm_small_sq": 2.0,
-                "grad_norm_big_sq": 1.2,
-                "noise_scale": float("nan") if workers == 1 else 80.0 + 4 * i,
-            }
-        )
-    return rows
-
-
-def epoch_rows(cfg: RunConfig, workers: int, accs: list[float], dt: float = 3.0) -> list[dict]:
-    spe = cfg.steps_per_epoch(workers)
-    return [
-        {
-            "epoch": k,
-            "step": k * spe,
-            "time_s": dt * k,
-            "loss": 1.0 / k,
-            "accuracy": a,
-            "val_loss": 1.1 / k,
-            "val_accuracy": a - 0.01,
-            "lr": cfg.peak_lr(workers),
-            "samples_per_sec": 17000.0,
-        }
-        for k, a in enumerate(accs, start=1)
-    ]
-
-
-def write_run(
-    root: Path,
-    *,
-    workers: int = 2,
-    name: str = "",
-    rows: int = 30,
-    accs=(0.6, 0.8, 0.9),
-    rank_base: float = 9000.0,
-    finished: bool = True,
-    batch_per_worker: int = 64,
-) -> Path:
-    cfg = RunConfig(name=name, epochs=len(accs), batch_per_worker=batch_per_worker)
-    store = RunStore(root)
-    store.create({"config": cfg.to_dict(), "workers": workers, "derived": cfg.derived(workers)})
-    hist = history_rows(cfg, workers, rows, rank_base=rank_base)
-    store.append_history(hist)
-    store.append_epochs(epoch_rows(cfg, workers, list(accs)))
-    if finished:
-        store.write_summary(
-            {
-                "run_id": store.run_id,
-                "status": "finished",
-                "val_accuracy": accs[-1] - 0.01,
-                "world_size": workers,
-                "global_batch": cfg.global_batch(workers),
-                "samples_per_sec": workers * rank_base,
-                "samples_per_sec_ci95": 300.0,
-                "wall_time_s": 20.0,
-                "versions": {"tensorflow": "2.15.1"},
-            }
-        )
-    return store.path
 
 
 def raw_history(path: Path) -> list[dict]:
@@ -145,6 +62,25 @@ def test_two_ranks_give_two_rank_traces_global_and_ideal(tmp_path):
     assert "B = 128" in notes["noise_note"]
 
 
+def test_above_sixteen_ranks_throughput_is_a_min_median_max_band(tmp_path):
+    cfg = RunConfig(num_samples=40000, batch_per_worker=16)
+    rows = make_history(cfg, 20, 6)
+    rows[2]["rank_samples_per_sec"][7] = 1.0  # one straggling rank in one window
+    rec = load_run(write_run(tmp_path, cfg, workers=20, history=rows))
+    specs = {s.key: s for s in trace_specs(rec)}
+    assert not any(k.startswith("thr/rank") and k[8:].isdigit() for k in specs)  # no 20 lines
+    matrix = np.array([r["rank_samples_per_sec"] for r in rows])
+    np.testing.assert_allclose(specs["thr/rank-min"].y, matrix.min(axis=1))
+    np.testing.assert_allclose(specs["thr/rank-max"].y, matrix.max(axis=1))
+    np.testing.assert_allclose(specs["thr/rank-median"].y, np.median(matrix, axis=1))
+    assert specs["thr/rank-max"].props["fill"] == "tonexty"  # shaded down to the min line
+    assert specs["thr/rank-min"].y[2] == 1.0
+    # Sixteen ranks still get a line each.
+    rec16 = load_run(write_run(tmp_path / "16", cfg, workers=16, history=6))
+    keys = {s.key for s in trace_specs(rec16)}
+    assert {f"thr/rank{r}" for r in range(16)} <= keys and "thr/rank-min" not in keys
+
+
 def test_without_reference_the_ideal_line_is_hidden_with_a_note(tmp_path):
     dash = Dashboard()
     dash.show_run(load_run(write_run(tmp_path, workers=2)))
@@ -154,7 +90,7 @@ def test_without_reference_the_ideal_line_is_hidden_with_a_note(tmp_path):
 
 
 def test_one_worker_overlay_provides_the_ideal_reference(tmp_path):
-    one = load_run(write_run(tmp_path, workers=1, rank_base=11_000.0))
+    one = load_run(write_run(tmp_path, workers=1, samples_per_sec=11_000.0))
     four = load_run(write_run(tmp_path, workers=4))
     dash = Dashboard()
     dash.show_run(four)
@@ -220,7 +156,7 @@ def test_log_y_toggle_for_loss(tmp_path):
 
 def test_overlay_adds_faded_dashed_traces_named_by_label(tmp_path):
     current = load_run(write_run(tmp_path, workers=2))
-    old = load_run(write_run(tmp_path, workers=2, name="baseline b64", rows=20))
+    old = load_run(write_run(tmp_path, workers=2, name="baseline b64", history=20))
     dash = Dashboard()
     dash.show_run(current)
     n = len(dash.fig.data)
@@ -244,17 +180,16 @@ def test_overlay_adds_faded_dashed_traces_named_by_label(tmp_path):
 
 def test_empty_run_draws_then_gains_points(tmp_path):
     cfg = RunConfig()
-    store = RunStore(tmp_path)
-    store.create({"config": cfg.to_dict(), "workers": 2, "derived": cfg.derived(2)})
-    rec = load_run(store.path)
+    path = write_run(tmp_path, cfg, workers=2, status="running", history=[], val_accs=())
+    rec = load_run(path)
     assert rec.history.empty and rec.epochs.empty
     dash = Dashboard()
     dash.show_run(rec)
     assert len(dash.trace("thr/global").x) == 0
     dash.set_x("time_s")
     dash.set_smoothing(0.5)
-    store.append_history(history_rows(cfg, 2, 5))
-    dash.update(load_run(store.path))
+    RunStore(tmp_path, path.name).append_history(make_history(cfg, 2, 5))
+    dash.update(load_run(path))
     assert len(dash.trace("thr/global").x) == 5
     assert len(dash.trace("thr/rank1").y) == 5
 
@@ -276,26 +211,32 @@ def test_partial_columns_do_not_crash():
     np.testing.assert_array_equal(dash.trace("loss/train").x, [96, 192, 288])
 
 
-class FakeRun:
-    """The part of hpclab.run.Run the dashboard uses; rows arrive from a background thread."""
+def test_run_adapter_reads_the_lab_meta(tmp_path):
+    facts = run_facts(write_run(tmp_path, workers=2, threads_per_worker=4))
+    assert facts.threads_per_worker == 4 and facts.lab["launcher"] == "mpi"
+    old = run_facts(write_run(tmp_path, threads_per_worker=None))  # recorded before lab meta
+    assert old.threads_per_worker is None and old.lab == {}
 
-    def __init__(self, workers: int = 2):
-        self.config = RunConfig(epochs=2)
-        self.workers = workers
-        self.status = "running"
-        self.done = False
-        self.history = pd.DataFrame()
-        self.epochs = pd.DataFrame()
-        self.callbacks = []
-        self._rows = history_rows(self.config, workers, 120)
 
-    def on_update(self, callback):
-        self.callbacks.append(callback)
+def test_run_adapter_hides_unanswerable_properties_but_not_bugs():
+    class BadConfig:  # a property that cannot answer (a config that no longer validates)
+        history = pd.DataFrame({"step": [1, 2]})
+        workers = 2
 
-    def publish(self, n: int) -> None:
-        self.history = pd.DataFrame(self._rows[:n])
-        for cb in self.callbacks:
-            cb(self)
+        @property
+        def config(self):
+            raise ConfigError("RunConfig has no field 'colour'.")
+
+    facts = run_facts(BadConfig())
+    assert facts.config == {} and facts.workers == 2 and len(facts.history) == 2
+
+    class Buggy(BadConfig):  # a programming error inside a property keeps its traceback
+        @property
+        def status(self):
+            return 1 / 0
+
+    with pytest.raises(ZeroDivisionError):
+        run_facts(Buggy())
 
 
 def test_throttling_limits_redraws_and_delivers_the_final_state():
@@ -344,10 +285,25 @@ def test_static_figure_shares_the_trace_code(tmp_path):
     assert len(figure([]).data) == 0
 
 
-def test_modules_import_fast_without_tensorflow_or_widgets():
+STATIC_VIEWS = (
+    "facts",
+    "outcomes",
+    "skeleton",
+    "traces",
+    "comparison",
+    "batch_charts",
+    "scaling_charts",
+    "report",
+)
+
+
+def test_views_import_fast_and_static_charts_never_import_the_widget():
     code = (
-        "import sys, time; t = time.time(); import hpclab.views.live, hpclab.views.comparison, hpclab.views.report;"
-        "dt = time.time() - t;"
+        "import sys, time; t = time.time();"
+        + "".join(f"import hpclab.views.{m};" for m in STATIC_VIEWS)
+        + "bad = [m for m in ('tensorflow', 'horovod', 'ipyparallel', 'ipywidgets',"
+        " 'hpclab.views.live') if m in sys.modules]; assert not bad, bad;"
+        "import hpclab.views.live; dt = time.time() - t;"
         "bad = [m for m in ('tensorflow', 'horovod', 'ipyparallel', 'ipywidgets') if m in sys.modules];"
         "print(bad, dt); assert not bad, bad; assert dt < 3, dt"
     )

@@ -1,4 +1,7 @@
-"""write_report: one self-contained HTML file (plotly.js inline once, no CDN), escaped text."""
+"""write_report: one self-contained HTML file (plotly.js inline once, no CDN), escaped text.
+
+Runs are real run folders written by tests/fakes.py.
+"""
 
 from __future__ import annotations
 
@@ -7,89 +10,30 @@ from pathlib import Path
 
 import plotly.offline
 import pytest
+from fakes import write_run
 
-from hpclab.config import RunConfig
-from hpclab.runs import RunStore, load_run
+from hpclab.runs import load_run
 from hpclab.views.report import write_report
-
-
-def write_run(
-    root: Path,
-    *,
-    bpw: int,
-    workers: int,
-    name: str = "",
-    accs=(0.6, 0.8, 0.9),
-    samples_per_sec: float = 10_000.0,
-    versions=None,
-) -> Path:
-    cfg = RunConfig(batch_per_worker=bpw, name=name, epochs=len(accs))
-    store = RunStore(root)
-    store.create({"config": cfg.to_dict(), "workers": workers, "derived": cfg.derived(workers)})
-    gb, spe = cfg.global_batch(workers), cfg.steps_per_epoch(workers)
-    store.append_history(
-        [
-            {
-                "step": s,
-                "samples": s * gb,
-                "time_s": 0.01 * s,
-                "loss": 1.0 / s,
-                "accuracy": 0.5,
-                "lr": cfg.peak_lr(workers),
-                "samples_per_sec": samples_per_sec,
-                "rank_samples_per_sec": [samples_per_sec / workers] * workers,
-                "noise_scale": 150.0 if workers > 1 else None,
-            }
-            for s in range(1, spe * len(accs) + 1, max(1, spe // 4))
-        ]
-    )
-    store.append_epochs(
-        [
-            {
-                "epoch": k,
-                "step": k * spe,
-                "time_s": 0.01 * k * spe,
-                "val_accuracy": a,
-                "val_loss": 1 - a,
-            }
-            for k, a in enumerate(accs, 1)
-        ]
-    )
-    store.write_summary(
-        {
-            "run_id": store.run_id,
-            "status": "finished",
-            "val_accuracy": accs[-1],
-            "world_size": workers,
-            "global_batch": gb,
-            "samples_per_sec": samples_per_sec,
-            "wall_time_s": 9.0,
-            "versions": versions or {"tensorflow": "2.15.1", "horovod": "0.28.1"},
-        }
-    )
-    return store.path
 
 
 @pytest.fixture
 def three_runs(tmp_path) -> list[Path]:
     runs = tmp_path / "runs"
     return [
-        write_run(runs, bpw=64, workers=1, samples_per_sec=10_000.0),
+        write_run(runs, workers=1, samples_per_sec=10_000.0),
         write_run(
             runs,
-            bpw=64,
             workers=2,
             name="<b>x</b>",
-            accs=(0.5, 0.7, 0.85),
+            val_accs=(0.5, 0.7, 0.85),
             samples_per_sec=18_000.0,
         ),
         write_run(
             runs,
-            bpw=64,
             workers=4,
-            accs=(0.4, 0.6, 0.7),
+            val_accs=(0.4, 0.6, 0.7),
             samples_per_sec=30_000.0,
-            versions={"tensorflow": "2.15.1", "horovod": "0.28.1", "mpich": "4.3.0"},
+            summary={"versions": {"tensorflow": "2.15.1", "horovod": "0.28.1", "mpich": "4.3.0"}},
         ),
     ]
 
@@ -97,6 +41,8 @@ def three_runs(tmp_path) -> list[Path]:
 def test_report_is_self_contained_and_complete(tmp_path, three_runs):
     out = write_report(three_runs, tmp_path / "out" / "report.html", title="Batch sweep")
     assert out == tmp_path / "out" / "report.html" and out.is_file()
+    assert out.stat().st_mode & 0o777 == 0o644  # written atomically, readable by others
+    assert [p.name for p in out.parent.iterdir()] == ["report.html"]  # no temp file left
     page = out.read_text(encoding="utf-8")
     # plotly.js is inline, exactly once; nothing is fetched from the network
     bundle_start = plotly.offline.get_plotlyjs()[:300]
@@ -131,7 +77,7 @@ def test_single_run_report_has_no_sweep_charts(tmp_path, three_runs):
 
 
 def test_same_worker_count_skips_scaling_and_title_is_escaped(tmp_path):
-    runs = [write_run(tmp_path, bpw=b, workers=2) for b in (32, 128)]
+    runs = [write_run(tmp_path, batch_per_worker=b, workers=2) for b in (32, 128)]
     page = write_report(runs, tmp_path / "r.html", title="a <script>").read_text()
     assert "Steps and time to target" in page and "Scaling efficiency" not in page
     assert "<h1>a &lt;script&gt;</h1>" in page

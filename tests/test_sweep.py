@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from hpclab.config import ConfigError, RunConfig
+from hpclab.errors import RunFailed
 from hpclab.runs import RunStore
 from hpclab.sweep import check_staged, describe, expand_grid, plan, run_sweep
 
@@ -110,8 +111,6 @@ class _Run:
 
     def wait(self, timeout=None):
         if self.status in ("failed", "diverged"):
-            from hpclab.run import RunFailed
-
             raise RunFailed(f"run {self.run_id} {self.status}")
         return {}
 

@@ -1,4 +1,4 @@
-"""Data in, datasets out: the arrays of a run, a rank's shard, and the tf.data pipelines.
+"""Data in: the arrays of a run (generated, cached or staged) and a rank's shard of them.
 
 Datasets (``RunConfig.dataset``):
 
@@ -24,9 +24,7 @@ name and moved into place with ``os.replace`` (atomic on POSIX), so a reader nev
 file; on file systems without ``flock`` (some Lustre mounts) every rank generates its own copy
 and the atomic replace still keeps the cache whole (the copies are identical).
 
-Pipelines: :func:`train_dataset` yields *groups* of ``steps_per_call`` batches stacked along a
-leading axis, the input of an engine step that runs several optimizer steps per ``tf.function``
-call; :func:`eval_dataset` yields plain batches covering every validation sample.
+Batches are cut from these arrays inside the compiled training call: :mod:`hpclab.rank.feed`.
 """
 
 from __future__ import annotations
@@ -39,7 +37,6 @@ from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
-import tensorflow as tf
 
 from hpclab.catalog import GENERATED_VALIDATION_FRACTION, NUM_CLASSES, STAGED_DATASETS
 
@@ -235,110 +232,3 @@ def shard(x: np.ndarray, y: np.ndarray, rank: int, world: int) -> tuple[np.ndarr
             "none. Use more samples or fewer workers."
         )
     return x[rank * per : (rank + 1) * per], y[rank * per : (rank + 1) * per]
-
-
-# ---------------------------------------------------------------------------------------------
-# tf.data pipelines
-# ---------------------------------------------------------------------------------------------
-
-
-def _group_epochs(batches: tf.data.Dataset, steps_per_call: int, epochs: float) -> tf.data.Dataset:
-    """One epoch of batches -> groups of `steps_per_call` (shorter last group), ceil(epochs) times."""
-    return (
-        batches.batch(int(steps_per_call), drop_remainder=False)
-        .repeat(max(1, math.ceil(epochs)))
-        .prefetch(tf.data.AUTOTUNE)
-    )
-
-
-def train_dataset(
-    x: np.ndarray,
-    y: np.ndarray,
-    *,
-    batch: int,
-    steps_per_epoch: int,
-    steps_per_call: int,
-    epochs: float,
-    seed: int,
-    rank: int,
-) -> tf.data.Dataset:
-    """Training groups: elements ``(xs, ys)`` of shapes ``[k, batch, *input]`` and ``[k, batch]``.
-
-    Each epoch is a fresh seeded shuffle of this rank's shard (different per rank and per
-    epoch), cut into exactly `steps_per_epoch` full batches (``drop_remainder``), which are grouped
-    by `steps_per_call`: ``k = steps_per_call`` except the epoch's last group, which holds the
-    ``steps_per_epoch % steps_per_call`` leftover batches if any — a group never straddles an
-    epoch boundary. ``ceil(epochs)`` epochs are produced; the engine stops at its total step
-    count. Shuffling permutes indices and gathers whole batches, so the shuffle buffer holds
-    integers, not images.
-    """
-    n = len(x)
-    batch, steps_per_epoch = int(batch), int(steps_per_epoch)
-    if steps_per_epoch < 1 or batch < 1:
-        raise ValueError(
-            f"batch and steps_per_epoch must be >= 1; you passed batch={batch}, "
-            f"steps_per_epoch={steps_per_epoch}."
-        )
-    if n < batch * steps_per_epoch:
-        raise ValueError(
-            f"This rank holds {n} training samples, fewer than steps_per_epoch x "
-            f"batch = {steps_per_epoch} x {batch} = {steps_per_epoch * batch}. "
-            "Lower batch_per_worker or use more samples."
-        )
-    xt = tf.convert_to_tensor(x)
-    yt = tf.convert_to_tensor(y)
-    # Per-rank, per-run seed; reshuffle_each_iteration gives every epoch of the repeat a new order.
-    shuffle_seed = int(seed) * 1_000_003 + int(rank)
-    indices = (
-        tf.data.Dataset.range(n)
-        .shuffle(n, seed=shuffle_seed, reshuffle_each_iteration=True)
-        .batch(batch, drop_remainder=True)
-        .take(steps_per_epoch)
-    )
-    groups = _group_epochs(indices, steps_per_call, epochs)
-    return groups.map(
-        lambda idx: (tf.gather(xt, idx), tf.gather(yt, idx)),
-        num_parallel_calls=tf.data.AUTOTUNE,
-        deterministic=True,
-    )
-
-
-def synthetic_train_dataset(
-    image_shape,
-    *,
-    batch: int,
-    steps_per_epoch: int,
-    steps_per_call: int,
-    epochs: float,
-    seed: int,
-    num_classes: int = NUM_CLASSES,
-) -> tf.data.Dataset:
-    """The synthetic benchmark's input with :func:`train_dataset`'s element structure.
-
-    One random float32 batch ``[batch, *image_shape]`` and random int32 labels are generated once
-    (as in Horovod's ``tensorflow2_synthetic_benchmark.py``) and repeated: groups
-    ``[k, batch, ...]`` with the same per-epoch grouping as :func:`train_dataset`.
-    """
-    shape = (int(batch),) + tuple(int(d) for d in image_shape)
-    images = tf.random.stateless_uniform(shape, seed=[int(seed), 0], dtype=tf.float32)
-    labels = tf.random.stateless_uniform(
-        (int(batch),), seed=[int(seed), 1], minval=0, maxval=int(num_classes), dtype=tf.int32
-    )
-    one_epoch = tf.data.Dataset.from_tensors((images, labels)).repeat(int(steps_per_epoch))
-    return _group_epochs(one_epoch, steps_per_call, epochs)
-
-
-def eval_dataset(x: np.ndarray, y: np.ndarray, batch: int) -> tf.data.Dataset:
-    """Validation batches in order; the last batch keeps the remainder (every sample counts)."""
-    xt = tf.convert_to_tensor(x)
-    yt = tf.convert_to_tensor(y)
-    return (
-        tf.data.Dataset.range(len(x))
-        .batch(int(batch), drop_remainder=False)
-        .map(
-            lambda idx: (tf.gather(xt, idx), tf.gather(yt, idx)),
-            num_parallel_calls=tf.data.AUTOTUNE,
-            deterministic=True,
-        )
-        .prefetch(tf.data.AUTOTUNE)
-    )

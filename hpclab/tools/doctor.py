@@ -31,8 +31,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from hpclab import launch
 from hpclab.errors import LabError
+from hpclab.launch import find_mpiexec
 from hpclab.tools import linkage
 
 #: Engines started by the full check; the expected allreduce result is 1 + 2 + ... + N.
@@ -81,12 +81,15 @@ def _dist_version(name: str) -> str:
 # ----------------------------------------------------------------------------------------------
 
 
-def find_mpiexec() -> str | None:
-    """The `mpiexec` a Lab would use (:func:`hpclab.launch.find_mpiexec`), or None."""
+def _mpiexec() -> str:
+    """The `mpiexec` a Lab uses: :func:`hpclab.launch.find_mpiexec`, the one rule for finding it."""
     try:
-        return launch.find_mpiexec()
+        return find_mpiexec()
     except LabError:
-        return None
+        raise DoctorError(
+            f"No mpiexec found next to {sys.executable} or on PATH; run `make setup` "
+            "(or load your site MPI, e.g. `module load mpich`, and set HPCLAB_MPI=system)."
+        ) from None
 
 
 def _loaded_libmpi() -> str | None:
@@ -172,13 +175,7 @@ def check_versions() -> dict[str, Any]:
         _row("MPI library", " ".join(MPI.Get_library_version().strip().splitlines()[0].split()))
         mpi4py_libmpi = _loaded_libmpi()
         _row("mpi4py loads", mpi4py_libmpi or "unknown")
-        mpiexec = find_mpiexec()
-        if mpiexec is None:
-            raise DoctorError(
-                f"No mpiexec found next to {sys.executable} or on PATH; run `make setup` "
-                "(or load your site MPI, e.g. `module load mpich`, and set HPCLAB_MPI=system)."
-            )
-        _row("mpiexec", mpiexec)
+        _row("mpiexec", _mpiexec())
 
         try:
             import tensorflow as tf
@@ -281,9 +278,9 @@ def check_engines(timeout: float, workers: int = WORKERS) -> None:
     """
     import ipyparallel as ipp
 
-    from hpclab.lab import Lab, LabError
+    from hpclab.lab import Lab
 
-    mpiexec = find_mpiexec() or "mpiexec"
+    mpiexec = _mpiexec()
     expected = float(sum(range(1, workers + 1)))
     print(f"Engines ({workers} MPI ranks via {mpiexec})", flush=True)
     start = time.perf_counter()

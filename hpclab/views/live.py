@@ -1,672 +1,44 @@
-"""The live dashboard: plotly charts of one run (plus faded earlier runs), drawing only.
+"""The live dashboard widget: one run redrawn as it trains, earlier runs faded underneath.
 
-Five panels, one concept each:
-
-1. throughput — one line per rank, the global figure, and the ideal line N × (1-rank throughput)
-   when a single-rank reference is known;
-2. loss — training loss (live rows) and validation loss (one marker per epoch);
-3. accuracy — training accuracy (live rows) and validation accuracy (one marker per epoch);
-4. learning rate — shows warm-up and the schedule as the run actually used them;
-5. gradient noise scale B_noise (McCandlish et al. 2018, arXiv:1812.06162) against the current
-   global batch: batch ≪ B_noise → a bigger batch is almost free in steps; batch ≫ B_noise →
-   diminishing returns.
-
-The dashboard never talks to ipyparallel or the engines: it reads DataFrames (``history``,
+:class:`Dashboard` owns a plotly ``FigureWidget`` (the five panels of
+:mod:`hpclab.views.skeleton`), three controls (x axis, smoothing, log-y loss) and a status line.
+It draws only: it never talks to ipyparallel or the engines. It reads DataFrames (``history``,
 ``epochs``) from a run-like object — a :class:`hpclab.run.Run` while it trains, or a
-:class:`hpclab.runs.RunRecord` read from disk — and redraws. :func:`trace_specs` turns one run's
-DataFrames into trace descriptions; both the live widget (:class:`Dashboard`) and the static
-figure for reports (:func:`figure`) are built from it, so they always show the same thing.
+:class:`hpclab.runs.RunRecord` read from disk — and redraws from the same trace specs as the
+static report figure (:func:`hpclab.views.traces.trace_specs`).
 
-Nothing here imports TensorFlow, Horovod or ipyparallel; ipywidgets is imported only when a
-:class:`Dashboard` is built.
+The run calls back from its background thread; redraws are throttled and serialised with locks
+here. ipywidgets is imported only when a :class:`Dashboard` is built. Static charts never import
+this module.
 """
 
 from __future__ import annotations
 
-import html
 import math
 import os
 import threading
 import time
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable
 from typing import Any
 
-import numpy as np
-import pandas as pd
 import plotly.graph_objects as go
-from plotly.subplots import make_subplots
 
-from hpclab.metrics import throughput_stats
-
-# x-axis choices: history/epoch column → axis title shown to the user
-X_AXES = {"step": "step", "samples": "samples seen", "time_s": "wall time (s)"}
-
-# panel → (x axis, y axis) of the subplot grid built by _skeleton (row-major cell order)
-PANELS = ("throughput", "loss", "accuracy", "lr", "noise")
-_AXES = {
-    "throughput": ("x", "y"),
-    "loss": ("x2", "y2"),
-    "accuracy": ("x3", "y3"),
-    "lr": ("x4", "y4"),
-    "noise": ("x5", "y5"),
-}
-_TITLES = (
-    "throughput (samples/s)",
-    "loss",
-    "accuracy",
-    "learning rate",
-    "gradient noise scale B_noise vs global batch",
+from hpclab.views.facts import (
+    X_AXES,
+    RunFacts,
+    attr_or,
+    check_x,
+    column,
+    ema,
+    last_finite,
+    run_facts,
+    text,
 )
-_Y_TITLES = ("samples/s", "loss", "accuracy", "learning rate", "samples")
+from hpclab.views.skeleton import RUN_COLORS, set_notes, set_x_titles, skeleton
+from hpclab.views.traces import TraceSpec, notes, single_rank_reference, trace_specs
+from hpclab.views.traces import figure as figure  # kept: `from hpclab.views.live import figure`
 
-IDEAL_NOTE = "run with 1 worker to get the ideal line"
 SMOOTHING_MAX = 0.95
-
-# colours: the current run's metrics, its ranks, and one colour per other run
-_C = {
-    "global": "#222222",
-    "ideal": "#8c8c8c",
-    "train": "#1f77b4",
-    "val": "#d62728",
-    "lr": "#2ca02c",
-    "noise": "#9467bd",
-    "batch": "#8c8c8c",
-}
-RANK_COLORS = (
-    "rgb(102,194,165)",
-    "rgb(252,141,98)",
-    "rgb(141,160,203)",
-    "rgb(231,138,195)",
-    "rgb(166,216,84)",
-    "rgb(255,217,47)",
-    "rgb(229,196,148)",
-    "rgb(179,179,179)",
-)
-RUN_COLORS = (
-    "rgb(27,158,119)",
-    "rgb(217,95,2)",
-    "rgb(117,112,179)",
-    "rgb(231,41,138)",
-    "rgb(102,166,30)",
-    "rgb(230,171,2)",
-    "rgb(166,118,29)",
-    "rgb(102,102,102)",
-)
-
-
-def text(value: Any) -> str:
-    """Text from configs, escaped for HTML and for plotly's HTML-like labels (shows literally)."""
-    return html.escape(str(value), quote=False)
-
-
-# ---------------------------------------------------------------------------------------------
-# what a run looks like to the drawing code
-# ---------------------------------------------------------------------------------------------
-
-
-@dataclass
-class RunFacts:
-    """The numbers the charts need from one run, read duck-typed from a Run or RunRecord."""
-
-    label: str
-    run_id: str
-    workers: int
-    global_batch: int | None
-    config: dict
-    status: str
-    summary: dict
-    derived: dict
-    history: pd.DataFrame = field(repr=False)
-    epochs: pd.DataFrame = field(repr=False)
-    path: str | None = None
-
-
-def _frame(value: Any) -> pd.DataFrame:
-    if isinstance(value, pd.DataFrame):
-        return value
-    if value is None:
-        return pd.DataFrame()
-    return pd.DataFrame(list(value))
-
-
-def _attr(obj: Any, name: str, default: Any = None) -> Any:
-    try:
-        value = getattr(obj, name)
-    except Exception:  # noqa: BLE001 — a property that cannot answer yet (e.g. a bad config) is "unknown"
-        return default
-    return default if value is None else value
-
-
-def run_facts(run_like: Any) -> RunFacts:
-    """Normalise a Run, a RunRecord (or anything with ``history``/``epochs``/``config``/
-    ``workers``) or a run folder path into :class:`RunFacts`. Missing pieces become empty."""
-    if isinstance(run_like, RunFacts):
-        return run_like
-    if isinstance(run_like, (str, os.PathLike)):
-        from hpclab.runs import load_run
-
-        run_like = load_run(run_like)
-    meta = _attr(run_like, "meta", {}) or {}
-    summary = dict(_attr(run_like, "summary", {}) or {})
-    cfg = _attr(run_like, "config", {}) or {}
-    cfg_obj = cfg if hasattr(cfg, "to_dict") else None
-    config = cfg.to_dict() if cfg_obj is not None else dict(cfg)
-    workers = _attr(run_like, "workers", None) or summary.get("world_size") or 1
-    try:
-        workers = max(1, int(workers))
-    except (TypeError, ValueError):
-        workers = 1
-    derived = dict(meta.get("derived") or {})
-    if not derived:
-        try:
-            if cfg_obj is None:
-                from hpclab.config import RunConfig
-
-                cfg_obj = RunConfig.from_dict(config)
-            derived = cfg_obj.derived(workers)
-        except (ValueError, TypeError):
-            derived = {}
-    gb = derived.get("global_batch") or summary.get("global_batch")
-    if gb is None and isinstance(config.get("batch_per_worker"), int):
-        gb = config["batch_per_worker"] * workers
-    run_id = str(_attr(run_like, "run_id", "") or meta.get("run_id") or summary.get("run_id") or "")
-    label = _attr(run_like, "label", None)
-    if callable(label):
-        label = label()
-    if not isinstance(label, str) or not label:
-        try:
-            if cfg_obj is None:
-                from hpclab.config import RunConfig
-
-                cfg_obj = RunConfig.from_dict(config)
-            label = f"{cfg_obj.label()} ×{workers}"
-        except (ValueError, TypeError):
-            label = run_id or "run"
-    status = _attr(run_like, "status", None) or summary.get("status") or "unknown"
-    path = _attr(run_like, "path", None)
-    return RunFacts(
-        label=label,
-        run_id=run_id,
-        workers=workers,
-        global_batch=int(gb) if gb else None,
-        config=config,
-        status=str(status),
-        summary=summary,
-        derived=derived,
-        history=_frame(_attr(run_like, "history", None)),
-        epochs=_frame(_attr(run_like, "epochs", None)),
-        path=str(path) if path is not None else None,
-    )
-
-
-# ---------------------------------------------------------------------------------------------
-# columns → arrays (tolerant: a run that just started has no rows, old records miss columns)
-# ---------------------------------------------------------------------------------------------
-
-
-def column(df: pd.DataFrame, name: str) -> np.ndarray:
-    """Column `name` as float64 (NaN where missing or not a number); all-NaN if absent."""
-    if name not in df.columns:
-        return np.full(len(df), np.nan)
-    return pd.to_numeric(df[name], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
-
-
-def rank_matrix(df: pd.DataFrame, workers: int) -> np.ndarray:
-    """The `rank_samples_per_sec` list column as an (rows, ranks) float array."""
-    n = len(df)
-    cells = df["rank_samples_per_sec"].tolist() if "rank_samples_per_sec" in df.columns else []
-    width = max([workers] + [len(c) for c in cells if isinstance(c, (list, tuple, np.ndarray))])
-    out = np.full((n, width), np.nan)
-    for i, cell in enumerate(cells):
-        if isinstance(cell, (list, tuple, np.ndarray)):
-            vals = pd.to_numeric(pd.Series(list(cell), dtype=object), errors="coerce")
-            out[i, : len(vals)] = vals.to_numpy(dtype=float, na_value=np.nan)
-    return out
-
-
-def ema(values: Sequence[float], smoothing: float) -> np.ndarray:
-    """Exponential moving average s_t = a·s_(t-1) + (1−a)·y_t with a = `smoothing` (0 = off).
-
-    Same length as the input; NaN inputs stay NaN (gaps) and do not disturb the average.
-    """
-    y = np.asarray(values, dtype=float)
-    a = float(smoothing)
-    if not 0.0 <= a < 1.0:
-        raise ValueError(
-            f"smoothing must be from 0 to below 1; you passed smoothing={smoothing!r}."
-        )
-    if a == 0.0 or y.size == 0:
-        return y.copy()
-    out = np.full_like(y, np.nan)
-    state = math.nan
-    for i, v in enumerate(y):
-        if math.isfinite(v):
-            state = v if not math.isfinite(state) else a * state + (1.0 - a) * v
-            out[i] = state
-    return out
-
-
-def _check_x(x: str) -> str:
-    if x not in X_AXES:
-        raise ValueError(
-            f"x must be one of {', '.join(repr(k) for k in X_AXES)}; you passed x={x!r}."
-        )
-    return x
-
-
-def history_x(facts: RunFacts, x: str) -> np.ndarray:
-    """x values of the history rows: step, samples seen or wall time."""
-    h = facts.history
-    if x == "samples" and "samples" not in h.columns:
-        return column(h, "step") * (facts.global_batch or np.nan)
-    return column(h, x)
-
-
-def epoch_x(facts: RunFacts, x: str) -> np.ndarray:
-    """x values of the epoch rows (samples = step × global batch when not recorded)."""
-    e = facts.epochs
-    if x == "samples" and "samples" not in e.columns:
-        return column(e, "step") * (facts.global_batch or np.nan)
-    return column(e, x)
-
-
-def _span(xs: np.ndarray) -> np.ndarray:
-    finite = xs[np.isfinite(xs)]
-    return np.array([finite.min(), finite.max()]) if finite.size else np.array([])
-
-
-def _last(values: np.ndarray) -> float:
-    finite = values[np.isfinite(values)]
-    return float(finite[-1]) if finite.size else math.nan
-
-
-# ---------------------------------------------------------------------------------------------
-# one function turns a run into trace specs; the widget and the static figure both use it
-# ---------------------------------------------------------------------------------------------
-
-
-@dataclass
-class TraceSpec:
-    """One line on one panel: a stable key, the data, and plotly properties (name, style...)."""
-
-    key: str
-    panel: str
-    x: np.ndarray
-    y: np.ndarray
-    props: dict = field(default_factory=dict)
-
-    def trace(self) -> go.Scatter:
-        xaxis, yaxis = _AXES[self.panel]
-        return go.Scatter(x=self.x, y=self.y, xaxis=xaxis, yaxis=yaxis, **self.props)
-
-
-def trace_specs(
-    run_like: Any,
-    *,
-    x: str = "step",
-    smoothing: float = 0.0,
-    role: str = "main",
-    ideal_single_rank: float | None = None,
-    color: str | None = None,
-    key_prefix: str = "",
-) -> list[TraceSpec]:
-    """The traces that draw one run.
-
-    role="main": the run in full detail (per-rank throughput, ideal line, train/val curves,
-    LR, noise scale with the global batch as a reference line). role="run" (one of several runs in
-    a static figure) and role="overlay" (an earlier run under the live one, dashed and faded)
-    draw the run in one colour, without per-rank lines, with legends naming its config.
-    Smoothing (EMA) applies to loss, accuracy and throughput; epoch markers are never smoothed.
-    """
-    _check_x(x)
-    if role not in ("main", "run", "overlay"):
-        raise ValueError(f"role must be 'main', 'run' or 'overlay'; you passed role={role!r}.")
-    f = run_facts(run_like)
-    h, e = f.history, f.epochs
-    hx, ex = history_x(f, x), epoch_x(f, x)
-    sm = lambda v: ema(v, smoothing)  # noqa: E731 - a local shorthand
-    specs: list[TraceSpec] = []
-
-    def add(key, panel, xs, ys, **props):
-        specs.append(
-            TraceSpec(
-                key_prefix + key,
-                panel,
-                np.asarray(xs, dtype=float),
-                np.asarray(ys, dtype=float),
-                props,
-            )
-        )
-
-    if role == "main":
-        ranks = rank_matrix(h, f.workers)
-        for r in range(ranks.shape[1]):
-            add(
-                f"thr/rank{r}",
-                "throughput",
-                hx,
-                sm(ranks[:, r]),
-                name=f"rank {r}",
-                mode="lines",
-                line=dict(width=1, color=RANK_COLORS[r % len(RANK_COLORS)]),
-            )
-        add(
-            "thr/global",
-            "throughput",
-            hx,
-            sm(column(h, "samples_per_sec")),
-            name="global",
-            mode="lines",
-            line=dict(width=2.5, color=_C["global"]),
-        )
-        ref = ideal_single_rank if ideal_single_rank and math.isfinite(ideal_single_rank) else None
-        span = _span(hx)
-        if ref is not None:
-            add(
-                "thr/ideal",
-                "throughput",
-                span,
-                np.full(span.size, f.workers * ref),
-                name=f"ideal {f.workers} × {ref:,.0f}",
-                mode="lines",
-                visible=True,
-                line=dict(width=1.5, dash="dot", color=_C["ideal"]),
-            )
-        else:
-            add(
-                "thr/ideal",
-                "throughput",
-                [],
-                [],
-                name="ideal",
-                mode="lines",
-                visible=False,
-                line=dict(width=1.5, dash="dot", color=_C["ideal"]),
-            )
-        add(
-            "loss/train",
-            "loss",
-            hx,
-            sm(column(h, "loss")),
-            name="train loss",
-            mode="lines",
-            line=dict(color=_C["train"]),
-        )
-        add(
-            "loss/val",
-            "loss",
-            ex,
-            column(e, "val_loss"),
-            name="val loss",
-            mode="lines+markers",
-            marker=dict(size=7, color=_C["val"]),
-            line=dict(width=1, color=_C["val"]),
-        )
-        add(
-            "acc/train",
-            "accuracy",
-            hx,
-            sm(column(h, "accuracy")),
-            name="train accuracy",
-            mode="lines",
-            line=dict(color=_C["train"]),
-        )
-        add(
-            "acc/val",
-            "accuracy",
-            ex,
-            column(e, "val_accuracy"),
-            name="val accuracy",
-            mode="lines+markers",
-            marker=dict(size=7, color=_C["val"]),
-            line=dict(width=1, color=_C["val"]),
-        )
-        add(
-            "lr",
-            "lr",
-            hx,
-            column(h, "lr"),
-            name="learning rate",
-            mode="lines",
-            line=dict(color=_C["lr"]),
-        )
-        add(
-            "noise",
-            "noise",
-            hx,
-            column(h, "noise_scale"),
-            name="B_noise",
-            mode="lines",
-            line=dict(color=_C["noise"]),
-        )
-        gb = f.global_batch
-        add(
-            "noise/batch",
-            "noise",
-            span if gb else [],
-            np.full(span.size if gb else 0, gb or 0.0),
-            name=f"global batch {gb}" if gb else "global batch",
-            mode="lines",
-            line=dict(width=1.5, dash="dash", color=_C["batch"]),
-        )
-        return specs
-
-    overlay = role == "overlay"
-    col = color or RUN_COLORS[0]
-    name = text(f.label)
-    style = dict(legendgroup=key_prefix or name, name=name, opacity=0.55 if overlay else 1.0)
-    dash = "dash" if overlay else "solid"
-    tip = lambda what: f"{name}<br>{what}: %{{y:.4g}}<extra></extra>"  # noqa: E731
-    add(
-        "thr/global",
-        "throughput",
-        hx,
-        sm(column(h, "samples_per_sec")),
-        mode="lines",
-        showlegend=True,
-        line=dict(color=col, dash=dash),
-        hovertemplate=tip("samples/s"),
-        **style,
-    )
-    add(
-        "loss/train",
-        "loss",
-        hx,
-        sm(column(h, "loss")),
-        mode="lines",
-        showlegend=False,
-        line=dict(color=col, dash=dash),
-        hovertemplate=tip("train loss"),
-        **style,
-    )
-    add(
-        "acc/train",
-        "accuracy",
-        hx,
-        sm(column(h, "accuracy")),
-        mode="lines",
-        showlegend=False,
-        line=dict(color=col, dash=dash, width=1),
-        hovertemplate=tip("train accuracy"),
-        **style,
-    )
-    add(
-        "acc/val",
-        "accuracy",
-        ex,
-        column(e, "val_accuracy"),
-        mode="lines+markers",
-        showlegend=False,
-        marker=dict(size=6, color=col, symbol="circle-open" if overlay else "circle"),
-        line=dict(color=col, dash=dash, width=1.5),
-        hovertemplate=tip("val accuracy"),
-        **style,
-    )
-    add(
-        "lr",
-        "lr",
-        hx,
-        column(h, "lr"),
-        mode="lines",
-        showlegend=False,
-        line=dict(color=col, dash=dash),
-        hovertemplate=tip("learning rate"),
-        **style,
-    )
-    add(
-        "noise",
-        "noise",
-        hx,
-        column(h, "noise_scale"),
-        mode="lines",
-        showlegend=False,
-        line=dict(color=col, dash=dash),
-        hovertemplate=tip("B_noise"),
-        **style,
-    )
-    return specs
-
-
-def notes(run_like: Any, ideal_single_rank: float | None = None) -> dict[str, str]:
-    """The short sentences shown inside panels (ideal-line hint, noise-scale lesson)."""
-    f = run_facts(run_like)
-    out = {"ideal_note": "", "noise_note": ""}
-    if not ideal_single_rank and f.workers > 1:
-        out["ideal_note"] = IDEAL_NOTE
-    b_noise = _last(column(f.history, "noise_scale"))
-    gb = f.global_batch
-    if f.workers < 2:
-        out["noise_note"] = "B_noise needs ≥ 2 workers (local vs global gradient)"
-    elif gb and math.isfinite(b_noise) and b_noise > 0:
-        ratio = gb / b_noise
-        if ratio < 0.5:
-            lesson = "batch ≪ B_noise: a bigger batch still cuts steps almost for free"
-        elif ratio > 2:
-            lesson = "batch ≫ B_noise: diminishing returns, more batch buys few fewer steps"
-        else:
-            lesson = "batch ≈ B_noise: near the critical batch size"
-        out["noise_note"] = f"B = {gb:,}, B_noise ≈ {b_noise:,.0f} → {lesson}"
-    return out
-
-
-def single_rank_reference(current: Any, candidates: Iterable[Any]) -> float | None:
-    """Throughput of a finished 1-worker run with the same data, model, per-worker batch and
-    precision as `current` — the reference for the ideal line — or None."""
-    cur = run_facts(current).config
-    keys = ("dataset", "model", "batch_per_worker", "precision", "image_shape", "steps_per_call")
-    for cand in candidates:
-        f = run_facts(cand)
-        if f.workers != 1 or any(f.config.get(k) != cur.get(k) for k in keys):
-            continue
-        value = f.summary.get("samples_per_sec")
-        if not isinstance(value, (int, float)) or not math.isfinite(value):
-            value = throughput_stats(column(f.history, "samples_per_sec")).mean
-        if math.isfinite(value) and value > 0:
-            return float(value)
-    return None
-
-
-# ---------------------------------------------------------------------------------------------
-# figure skeleton shared by the widget and the static figure
-# ---------------------------------------------------------------------------------------------
-
-
-def _skeleton(cls: type, title: str, x: str) -> go.Figure:
-    base = make_subplots(
-        rows=3,
-        cols=2,
-        specs=[[{}, {}], [{}, {}], [{"colspan": 2}, None]],
-        subplot_titles=_TITLES,
-        vertical_spacing=0.1,
-        horizontal_spacing=0.09,
-    )
-    fig = base if cls is go.Figure else cls(base)
-    fig.update_layout(
-        title=dict(text=text(title)) if title else None,
-        height=860,
-        template="plotly_white",
-        margin=dict(l=60, r=20, t=80 if title else 50, b=50),
-        legend=dict(orientation="v", groupclick="togglegroup", font=dict(size=11)),
-    )
-    for i, panel in enumerate(PANELS):
-        xa, ya = _AXES[panel]
-        fig.layout[xa.replace("x", "xaxis")].title = X_AXES[x]
-        fig.layout[ya.replace("y", "yaxis")].title = _Y_TITLES[i]
-    fig.layout.yaxis3.range = [0, 1.02]
-    fig.layout.yaxis.rangemode = "tozero"  # throughput: scale differences read honestly
-    for name, (xa, ya), where in (
-        ("ideal_note", _AXES["throughput"], (0.01, 0.99)),
-        ("noise_note", _AXES["noise"], (0.01, 0.99)),
-    ):
-        fig.add_annotation(
-            name=name,
-            text="",
-            showarrow=False,
-            xref=f"{xa} domain",
-            yref=f"{ya} domain",
-            x=where[0],
-            y=where[1],
-            xanchor="left",
-            yanchor="top",
-            font=dict(size=11, color="#555"),
-            align="left",
-        )
-    return fig
-
-
-def _set_notes(fig: go.Figure, texts: dict[str, str]) -> None:
-    for ann in fig.layout.annotations:
-        if ann.name in texts:
-            ann.text = text(texts[ann.name])
-
-
-def _set_x_titles(fig: go.Figure, x: str) -> None:
-    for panel in PANELS:
-        fig.layout[_AXES[panel][0].replace("x", "xaxis")].title.text = X_AXES[x]
-
-
-def figure(
-    records: Any,
-    x: str = "step",
-    *,
-    title: str = "",
-    smoothing: float = 0.0,
-    ideal_single_rank: float | None = None,
-) -> go.Figure:
-    """A static plotly Figure with the dashboard's panels, for HTML reports.
-
-    One run is drawn in full detail (per-rank throughput, ideal line when a single-rank
-    reference is given or found among `records`); several runs are drawn one colour each.
-    `records`: RunRecords, Runs or run folder paths (or one of them).
-    """
-    _check_x(x)
-    if isinstance(records, (str, os.PathLike)) or hasattr(records, "history"):
-        records = [records]
-    facts = [run_facts(r) for r in records]
-    fig = _skeleton(go.Figure, title, x)
-    if len(facts) == 1:
-        ref = ideal_single_rank or single_rank_reference(facts[0], facts)
-        specs = trace_specs(facts[0], x=x, smoothing=smoothing, role="main", ideal_single_rank=ref)
-        _set_notes(fig, notes(facts[0], ref))
-    else:
-        specs = []
-        for i, f in enumerate(facts):
-            specs += trace_specs(
-                f,
-                x=x,
-                smoothing=smoothing,
-                role="run",
-                color=RUN_COLORS[i % len(RUN_COLORS)],
-                key_prefix=f"run{i}/",
-            )
-    fig.add_traces([s.trace() for s in specs])
-    return fig
-
-
-# ---------------------------------------------------------------------------------------------
-# the live widget
-# ---------------------------------------------------------------------------------------------
 
 
 class Dashboard:
@@ -697,7 +69,7 @@ class Dashboard:
         self.smoothing = 0.0
         self.log_loss = False
         self.redraws = 0  # how many times the figure was (re)drawn
-        self.fig = _skeleton(go.FigureWidget, title, self.x)
+        self.fig = skeleton(go.FigureWidget, title, self.x)
         self._source: Any = None  # the run-like currently shown
         self._facts: RunFacts | None = None  # its snapshot for the redraw in progress
         self._overlays: list[RunFacts] = []
@@ -738,7 +110,7 @@ class Dashboard:
 
     # -- controls (programmatic setters move the widgets, whose observers redraw) ---------------
     def set_x(self, x: str) -> None:
-        self._x_ctl.value = _check_x(x)
+        self._x_ctl.value = check_x(x)
 
     def set_smoothing(self, smoothing: float) -> None:
         ema([], smoothing)  # validates
@@ -751,7 +123,7 @@ class Dashboard:
         with self._lock:
             self.x = x
             with self.fig.batch_update():
-                _set_x_titles(self.fig, x)
+                set_x_titles(self.fig, x)
             self._redraw_all()
 
     def _on_smoothing(self, value: float) -> None:
@@ -810,10 +182,10 @@ class Dashboard:
             text(f.label),
             f"status: {text(f.status)}",
         ]
-        step = _last(column(f.history, "step"))
+        step = last_finite(column(f.history, "step"))
         if math.isfinite(step):
             parts.append(f"step {step:,.0f}")
-        thr = _last(column(f.history, "samples_per_sec"))
+        thr = last_finite(column(f.history, "samples_per_sec"))
         if math.isfinite(thr):
             parts.append(f"{thr:,.0f} samples/s")
         if f.global_batch:
@@ -823,7 +195,7 @@ class Dashboard:
         return " · ".join(p for p in parts if p)
 
     def _decorate(self) -> None:
-        _set_notes(
+        set_notes(
             self.fig,
             notes(self._facts, self._ideal())
             if self._facts is not None
@@ -941,7 +313,7 @@ class Dashboard:
                 return
             now = time.monotonic()
             waited = now - self._last_draw
-            if bool(_attr(run, "done", False)) or waited >= self.min_interval_s:
+            if bool(attr_or(run, "done", False)) or waited >= self.min_interval_s:
                 if self._timer is not None:
                     self._timer.cancel()
                     self._timer = None

@@ -2,7 +2,7 @@
 
 plotly.js is embedded inline once (``include_plotlyjs=True`` for the first figure, ``False``
 after it); there are no CDN links. Every piece of text that comes from a config (names, labels,
-statuses, versions) is HTML-escaped.
+statuses, versions) is HTML-escaped. Built from the static charts only (never the live widget).
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ from __future__ import annotations
 import datetime as _dt
 import html
 import os
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -18,17 +17,13 @@ from typing import Any
 import plotly
 import plotly.graph_objects as go
 
-from hpclab.views.comparison import (
-    accuracy_vs_batch,
-    compare,
-    default_target,
-    describe_target,
-    facts_of,
-    scaling_efficiency,
-    steps_to_target_chart,
-    table_html,
-)
-from hpclab.views.live import figure
+from hpclab.jsonio import write_text_atomic
+from hpclab.views.batch_charts import accuracy_vs_batch, steps_to_target_chart
+from hpclab.views.comparison import compare, table_html
+from hpclab.views.facts import facts_of
+from hpclab.views.outcomes import default_target, describe_target
+from hpclab.views.scaling_charts import scaling_efficiency
+from hpclab.views.traces import figure
 
 _CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2em auto;
@@ -158,13 +153,5 @@ def write_report(
     path = Path(path)
     page = render_report(records_or_paths, title=title, target=target)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(page)
-        os.chmod(tmp, 0o644)  # mkstemp makes it private; a report is meant to be shared
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_text_atomic(path, page, mode=0o644)  # readable by others: a report is meant to be shared
     return path

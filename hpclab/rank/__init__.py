@@ -1,0 +1,1 @@
+"""Everything that runs on an MPI rank and imports TensorFlow or Horovod."""

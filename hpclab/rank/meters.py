@@ -1,0 +1,241 @@
+"""Bookkeeping of the training loop on a rank: telemetry windows, epochs, throughput, publishing.
+
+NumPy only (no TensorFlow), so every number the dashboard and the run record show is computed by
+code that is unit-tested in milliseconds (tests/test_meters.py). The trainer feeds the meters
+two kinds of telemetry:
+
+* every call, the vector :data:`REDUCED`, summed over ranks by the one small allreduce the call
+  ends with (no collective at all with one rank): training sums, the sampled gradient norms, and
+  rank 0's decisions (stop, publish, the next call's step count) — every rank sees the same sums,
+  so every rank takes the same decisions;
+* on publish calls only, the matrix ``[world, len(DETAIL)]`` that an allgather of each rank's own
+  timings returns (per-rank detail costs O(world) only twice a second, never every call).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from hpclab.metrics import NoiseScale, throughput_stats
+
+# Summed over ranks at the end of every call (rank 0 alone sets the decision entries).
+REDUCED = (
+    "loss_sum",  # sum over steps of the step-mean loss
+    "correct",  # correctly classified training samples
+    "count",  # training samples
+    "small_sq",  # |G_local|² at the call's sampled step (before the allreduce)
+    "big_sq",  # |G_global|² at the same step (after it; equal on every rank)
+    "noise_samples",  # ranks that sampled the norms this call (0 or world)
+    "nonfinite",  # ranks whose loss was NaN or infinite
+    "stop",  # rank 0 saw a stop request
+    "publish",  # rank 0 asks every rank for its detail after this call
+    "next_steps",  # rank 0's step count for the next call
+)
+R = {name: i for i, name in enumerate(REDUCED)}
+DECISIONS = ("stop", "publish", "next_steps")  # what the host passes into a call
+
+# Each rank's own timings since the previous publish, gathered on publish calls.
+DETAIL = (
+    "samples",  # training samples this rank processed
+    "call_s",  # seconds inside compiled calls (compute, allreduce and the wait for peers)
+    "host_s",  # seconds between calls (Python, telemetry, stop polling)
+    "steps",  # optimizer steps
+)
+D = {name: i for i, name in enumerate(DETAIL)}
+
+
+class WindowMeter:
+    """Telemetry summed since the last history row; :meth:`row` emits one row and resets."""
+
+    def __init__(self, batch_per_worker: int, world: int, steps_per_epoch: int):
+        self.B, self.world, self.steps_per_epoch = batch_per_worker, world, steps_per_epoch
+        self.reset()
+
+    def reset(self) -> None:
+        self.sums = np.zeros(len(REDUCED))
+        self.steps = 0
+
+    def add(self, reduced: np.ndarray, steps: int) -> None:
+        """One call's reduced telemetry, covering ``steps`` optimizer steps."""
+        self.sums += reduced
+        self.steps += steps
+
+    def row(
+        self,
+        step: int,
+        time_s: float,
+        lr: float,
+        detail: np.ndarray,
+        noise: NoiseScale | None,
+    ) -> dict:
+        """The history row for the window ending at ``step`` (columns: docs/architecture.md).
+
+        ``detail`` is the gathered ``[world, DETAIL]`` matrix of the same window.
+        """
+        w = self.sums
+        busy = detail[:, D["call_s"]] + detail[:, D["host_s"]]
+        rank_sps = [float(s / t) if t > 0 else None for s, t in zip(detail[:, D["samples"]], busy)]
+        rank_steps = max(float(detail[:, D["steps"]].sum()), 1.0)
+        sampled = max(w[R["noise_samples"]], 1.0)
+        row = {
+            "step": step,
+            "epoch": step / self.steps_per_epoch,
+            "samples": step * self.B * self.world,
+            "time_s": time_s,
+            "loss": float(w[R["loss_sum"]] / max(self.steps * self.world, 1)),
+            "accuracy": float(w[R["correct"]] / max(w[R["count"]], 1.0)),
+            "lr": lr,
+            "samples_per_sec": float(sum(s for s in rank_sps if s)) if any(rank_sps) else None,
+            "rank_samples_per_sec": rank_sps,
+            "input_ms": float(1000 * detail[:, D["host_s"]].sum() / rank_steps),
+            "compute_ms": float(1000 * detail[:, D["call_s"]].sum() / rank_steps),
+            "grad_norm_small_sq": float(w[R["small_sq"]] / sampled),
+            "grad_norm_big_sq": float(w[R["big_sq"]] / sampled),
+            "noise_scale": noise.value if noise is not None else float("nan"),
+        }
+        self.reset()
+        return row
+
+
+class RankClock:
+    """This rank's own timings since the last publish: the vector it contributes to DETAIL."""
+
+    def __init__(self, batch_per_worker: int):
+        self.B = batch_per_worker
+        self.values = np.zeros(len(DETAIL))
+
+    def add(self, steps: int, call_s: float, host_s: float) -> None:
+        self.values += (steps * self.B, call_s, host_s, steps)
+
+    def take(self) -> np.ndarray:
+        out, self.values = self.values, np.zeros(len(DETAIL))
+        return out
+
+
+class EpochMeter:
+    """Training loss/accuracy and time over the current epoch; :meth:`close` emits its row."""
+
+    def __init__(self, batch_per_worker: int, world: int):
+        self.B, self.world = batch_per_worker, world
+        self.sums = np.zeros(3)  # loss_sum, correct, count over the epoch (all ranks)
+        self.steps = 0
+        self.t0: float | None = None
+        self.rows: list[dict] = []
+
+    def add(self, reduced: np.ndarray, steps: int, t_call_start: float) -> None:
+        if self.t0 is None:
+            self.t0 = t_call_start
+        self.sums += reduced[[R["loss_sum"], R["correct"], R["count"]]]
+        self.steps += steps
+
+    def close(
+        self, step: int, now: float, time_s: float, lr: float, val: tuple[float, float]
+    ) -> dict:
+        """End the epoch at ``step``: ``now`` is the perf-counter clock, ``val`` (loss, accuracy)."""
+        loss_sum, correct, count = self.sums
+        elapsed = now - self.t0 if self.t0 is not None else 0.0
+        row = {
+            "epoch": len(self.rows) + 1,
+            "step": step,
+            "time_s": time_s,
+            "loss": loss_sum / max(1, self.steps * self.world),
+            "accuracy": correct / max(1.0, count),
+            "val_loss": val[0],
+            "val_accuracy": val[1],
+            "lr": lr,
+            "samples_per_sec": count / elapsed if elapsed > 0 else None,
+        }
+        self.rows.append(row)
+        self.sums[:] = 0
+        self.steps = 0
+        self.t0 = now
+        return row
+
+
+class ThroughputLog:
+    """Global rate per call and per-rank rates per window, summarised the Horovod-benchmark way."""
+
+    def __init__(self):
+        self.global_rates: list[float] = []
+        self.rank_rates: list[list[float]] = []
+
+    def add_call(self, samples: float, seconds: float) -> None:
+        """One call of every rank: ``samples`` global, ``seconds`` from one call's start to the
+        next's (ranks run in lockstep, so any rank's clock times the whole world's call)."""
+        if seconds > 0:
+            self.global_rates.append(samples / seconds)
+
+    def add_window(self, rank_samples_per_sec: list[float | None]) -> None:
+        if all(r is not None for r in rank_samples_per_sec):
+            self.rank_rates.append(list(rank_samples_per_sec))
+
+    def summary(self) -> dict:
+        """Mean ± 1.96σ after skipping the warm-up (max(3, 10 %) calls; 1 window per rank)."""
+        skip = max(3, int(0.1 * len(self.global_rates)))
+        stats = throughput_stats(self.global_rates, skip=skip)
+        per_rank = [throughput_stats(col, skip=1).mean for col in np.array(self.rank_rates).T]
+        return {
+            "samples_per_sec": stats.mean,
+            "samples_per_sec_ci95": stats.ci95,
+            "throughput_intervals": stats.n,
+            "rank_samples_per_sec": per_rank if self.rank_rates else [],
+        }
+
+
+class Publisher:
+    """Rank 0's live feed to the client through ipyparallel's datapub.
+
+    datapub keeps only the latest value per engine and the client polls it every 0.2 s, so each
+    message carries a sequence number and the rows of the last few publishes (never the whole
+    history: the pickling cost stays constant over a long run); the client dedupes rows by step
+    and takes the epoch rows it has not seen.
+    """
+
+    ROWS_PER_MESSAGE = 32
+
+    def __init__(self, send: Callable[[dict], None] | None, every_s: float, total_steps: int):
+        self.send, self.every_s, self.total_steps = send, every_s, total_steps
+        self.rows: list[dict] = []
+        self.epochs: list[dict] = []
+        self.seq = 0
+        self.last = float("-inf")
+
+    @property
+    def enabled(self) -> bool:
+        return self.send is not None and self.every_s > 0
+
+    def due(self, now: float) -> bool:
+        return self.enabled and now - self.last >= self.every_s
+
+    def publish(self, state: str, step: int, now: float | None = None) -> None:
+        """Send the latest rows; ``now`` (perf-counter) restarts the cadence, None leaves it."""
+        if not self.enabled:
+            return
+        self.seq += 1
+        self.send(
+            {
+                "hpclab": {
+                    "seq": self.seq,
+                    "state": state,
+                    "rows": self.rows[-self.ROWS_PER_MESSAGE :],
+                    "epochs": self.epochs,  # one row an epoch: small; the client slices it
+                    "step": step,
+                    "total_steps": self.total_steps,
+                }
+            }
+        )
+        if now is not None:
+            self.last = now
+
+
+def next_call_steps(steps: int, seconds: float, *, target_s: float, fixed: int, limit: int) -> int:
+    """Steps for the next compiled call: ``fixed`` if set, else scaled so a call lasts about
+    ``target_s`` (at most ×2 per call, so one slow call cannot swing it), within 1..``limit``."""
+    if fixed:
+        return fixed
+    if seconds <= 0:
+        return max(1, min(limit, steps * 2))
+    wanted = steps * target_s / seconds
+    return int(max(1, min(limit, steps * 2, round(wanted))))

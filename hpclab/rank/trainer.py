@@ -1,0 +1,359 @@
+"""One training run on one rank: data shard, model, optimizer, the compiled call, the loop.
+
+Speed (hpclab issue 10): per-call Python overhead, not arithmetic, dominates the lab's small
+models, so the hot path is one ``tf.function`` per call that runs a *tensor* number of optimizer
+steps in a ``tf.while_loop`` — traced once per run, whatever the step count — over batches cut
+inside the graph from the rank's resident shard (:mod:`hpclab.rank.feed`). Calls are sized to last
+~0.15 s (``steps_per_call=0``), so a stop or a live row is never more than a call away. With one
+rank there is no collective at all; with several, each step has its gradient allreduce and each
+call ends with one small allreduce of the telemetry and rank 0's decisions (:mod:`.meters`).
+
+Stopping is collective: a rank that left the loop alone would leave its peers blocked in the next
+allreduce. Only rank 0 looks for the run's STOP file (once a call, not a metadata storm on a
+shared file system); the call's telemetry allreduce tells every rank, so all leave after the same
+step. Lines that exist only for distribution say so (`# Horovod: ...`), as in Horovod's examples.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from pathlib import Path
+
+from hpclab.catalog import MAX_STEPS_PER_CALL
+from hpclab.config import RunConfig
+from hpclab.metrics import NoiseScale
+from hpclab.rank.meters import (
+    DETAIL,
+    REDUCED,
+    EpochMeter,
+    Publisher,
+    R,
+    RankClock,
+    ThroughputLog,
+    WindowMeter,
+    next_call_steps,
+)
+
+CALL_TARGET_S = 0.15  # auto-sized calls last about this long
+FIRST_CALL_STEPS = 4  # the first call also traces: keep it short
+
+
+class Trainer:
+    """Set up by :meth:`setup`, trained by :meth:`run`; kept alive by the engine between runs."""
+
+    def __init__(self, cfg_dict: dict, run_dir: Path, data_dir: Path):
+        self.cfg = RunConfig.from_dict(cfg_dict)
+        self.cfg_dict = self.cfg.to_dict()
+        self.run_dir, self.data_dir = run_dir, data_dir
+        self.stop_file = run_dir / "STOP"
+
+    # -- set-up ----------------------------------------------------------------------------
+    def setup(self) -> None:
+        import horovod.tensorflow as hvd
+        import numpy as np
+        import tensorflow as tf
+
+        from hpclab.rank import models, optimizers
+
+        cfg = self.cfg
+        self.tf, self.hvd, self.np = tf, hvd, np
+        self.rank, self.world = hvd.rank(), hvd.size()
+        tf.keras.backend.clear_session()
+        tf.keras.utils.set_random_seed(cfg.seed)
+        optimizers.set_precision(cfg.precision)
+        self.steps_per_epoch = cfg.steps_per_epoch(self.world)
+        self.total_steps = cfg.total_steps(self.world)
+        self._build_data()
+
+        self.model = models.build_model(cfg.model, self.input_shape, self.num_classes, cfg.seed)
+        schedule = optimizers.TableSchedule.for_run(self.cfg_dict, self.world)
+        self.lr_table = schedule.table  # the same numbers as RunConfig.lr_at(step, world)
+        self.optimizer = optimizers.build_optimizer(self.cfg_dict, schedule)
+        self.loss_scaled = cfg.precision == "mixed_float16"
+        self.inner_opt = self.optimizer.inner_optimizer if self.loss_scaled else self.optimizer
+        self.inner_opt.build(self.model.trainable_variables)
+        if self.world > 1:
+            # Horovod: start every rank from rank 0's weights and optimizer state.
+            hvd.broadcast_variables(self.model.variables, root_rank=0)
+            hvd.broadcast_variables(self.inner_opt.variables, root_rank=0)
+        self.compression = hvd.Compression.fp16 if cfg.fp16_allreduce else hvd.Compression.none
+        self.loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        # The noise scale needs two batch sizes: with one rank there is only one, so skip the norms.
+        self.track_noise = cfg.noise_scale and self.world > 1
+        grads = tf.function(self._loss_and_grads, jit_compile=True) if cfg.xla else None
+        self.loss_and_grads = grads or self._loss_and_grads
+        # Fixed signatures: one trace per run, whatever the call's step count or epoch.
+        scalar = tf.TensorSpec([], tf.int32)
+        self.train_call = tf.function(
+            self._train_call,
+            input_signature=[scalar, scalar, scalar, tf.TensorSpec([3], tf.float64)],
+        )
+        x_spec = tf.TensorSpec([None, *self.input_shape], tf.float32)
+        self.eval_call = tf.function(
+            self._eval_call, input_signature=[x_spec, tf.TensorSpec([None], tf.int32)]
+        )
+
+    def _build_data(self) -> None:
+        from hpclab.rank import data, feed
+
+        cfg = self.cfg
+        # Data: rank 0 generates/caches first so ranks never race on the cache file.
+        if self.rank == 0:
+            arrays = data.load_arrays(self.cfg_dict, self.data_dir)
+        self._barrier()  # Horovod: wait for rank 0's cache
+        if self.rank != 0:
+            arrays = data.load_arrays(self.cfg_dict, self.data_dir)
+        self.num_classes, self.input_shape = arrays.num_classes, arrays.input_shape
+        B = cfg.batch_per_worker
+        self.val = None
+        if cfg.dataset == "synthetic":
+            self.num_classes = cfg.synthetic_classes
+            self.feed = feed.SyntheticBatch(
+                cfg.image_shape, batch=B, seed=cfg.seed + self.rank, num_classes=self.num_classes
+            )
+            return
+        # Horovod: each rank trains on its own shard of the training set and validates on its
+        # own shard of the validation set.
+        x, y = data.shard(arrays.x_train, arrays.y_train, self.rank, self.world)
+        self.feed = feed.ResidentShard(x, y, batch=B, seed=cfg.seed, rank=self.rank)
+        xv, yv = data.shard(arrays.x_val, arrays.y_val, self.rank, self.world)
+        self.val = (self.tf.constant(xv), self.tf.constant(yv))
+
+    def _barrier(self) -> None:
+        if self.world > 1:
+            self.hvd.allreduce(self.tf.constant(0.0), op=self.hvd.Sum, name="hpclab_barrier")
+
+    # -- compiled pieces ------------------------------------------------------------------
+    def _loss_and_grads(self, x, y):
+        """Forward and backward (XLA-compiled with ``xla=True``); loss-scaled under float16."""
+        tf = self.tf
+        with tf.GradientTape() as tape:
+            logits = tf.cast(self.model(x, training=True), tf.float32)
+            loss = self.loss_fn(y, logits)
+            target = self.optimizer.get_scaled_loss(loss) if self.loss_scaled else loss
+        grads = tape.gradient(target, self.model.trainable_variables)
+        pred = tf.argmax(logits, axis=-1, output_type=y.dtype)
+        return loss, tf.reduce_sum(tf.cast(tf.equal(pred, y), tf.float32)), grads
+
+    def _allreduce(self, grads):
+        """Horovod: average gradients over ranks: one grouped (fused) op, or one per tensor so each
+        can start while backprop still runs. Loss-scaled gradients cross scaled (float16
+        compression keeps their range) and are unscaled afterwards."""
+        hvd = self.hvd
+        if self.cfg.grad_allreduce == "per_tensor":
+            return [hvd.allreduce(g, op=hvd.Average, compression=self.compression) for g in grads]
+        return hvd.grouped_allreduce(grads, op=hvd.Average, compression=self.compression)
+
+    def _sq_norm(self, grads):
+        tf = self.tf
+        if self.loss_scaled:
+            grads = self.optimizer.get_unscaled_gradients(grads)
+        return tf.square(tf.linalg.global_norm(grads))
+
+    def _step(self, x, y, sample):
+        """One optimizer step; |G_small|², |G_big|² only when ``sample`` (a scalar bool tensor)."""
+        tf = self.tf
+        loss, correct, grads = self.loss_and_grads(x, y)
+        zero = tf.constant(0.0)
+        small = big = zero
+        if self.track_noise:
+            small = tf.cond(sample, lambda: self._sq_norm(grads), lambda: zero)  # before allreduce
+        if self.world > 1:
+            grads = self._allreduce(grads)
+        if self.track_noise:
+            big = tf.cond(sample, lambda: self._sq_norm(grads), lambda: zero)  # after it
+        if self.loss_scaled:
+            # Unscaled after the allreduce, not before: float16 compression keeps the range of
+            # scaled values. The LossScaleOptimizer then skips a non-finite step and lowers its
+            # scale (dynamic loss scaling, Micikevicius et al. 2018, arXiv:1710.03740).
+            grads = self.optimizer.get_unscaled_gradients(grads)
+        self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
+        return loss, correct, small, big
+
+    def _train_call(self, epoch, start, steps, decisions):
+        """``steps`` optimizer steps from step ``start`` of ``epoch``; the reduced telemetry."""
+        tf = self.tf
+        order = self.feed.order(epoch)
+        last = steps - 1
+
+        def body(i, sums):
+            x, y = self.feed.batch_at(order, start + i)
+            loss, correct, small, big = self._step(x, y, tf.equal(i, last))
+            return i + 1, sums + tf.stack([loss, correct, small, big])
+
+        _, sums = tf.while_loop(
+            lambda i, _: i < steps, body, (tf.constant(0), tf.zeros(4)), parallel_iterations=1
+        )
+        count = tf.cast(steps * self.cfg.batch_per_worker, tf.float32)
+        sampled = 1.0 if self.track_noise else 0.0
+        nonfinite = 1.0 - tf.cast(tf.math.is_finite(sums[0]), tf.float32)
+        # Order: meters.REDUCED.
+        mine = tf.concat(
+            [sums[:2], [count], sums[2:], [sampled, nonfinite], tf.cast(decisions, tf.float32)], 0
+        )
+        if self.world == 1:
+            return mine
+        # Horovod: one small allreduce a call: every rank learns the sums and rank 0's decisions.
+        return self.hvd.allreduce(mine, op=self.hvd.Sum, name="hpclab_telemetry")
+
+    def _eval_call(self, x, y):
+        from hpclab.rank.feed import evaluate
+
+        sums = evaluate(self.model, x, y, max(self.cfg.batch_per_worker, 256))
+        if self.world == 1:
+            return sums
+        # Horovod: sum loss/correct/count over every rank's validation shard.
+        return self.hvd.allreduce(sums, op=self.hvd.Sum, name="hpclab_validation")
+
+    def validate(self) -> tuple[float, float]:
+        """(loss, accuracy) over the whole validation set, every rank evaluating its shard."""
+        if self.val is None:
+            return float("nan"), float("nan")
+        total = self.eval_call(*self.val).numpy()
+        return float(total[0] / total[2]), float(total[1] / total[2])
+
+    def _gather_detail(self, mine):
+        """Horovod: every rank's own timings, on publish calls only (O(world) twice a second)."""
+        tf = self.tf
+        vec = tf.constant(mine[None, :], dtype=tf.float64)
+        if self.world == 1:
+            return vec.numpy()
+        return self.hvd.allgather(vec, name="hpclab_detail").numpy()
+
+    # -- the loop -----------------------------------------------------------------------------
+    def run(self) -> dict:
+        """Train to the end (or a collective stop / non-finite loss); this rank's summary."""
+        wall0, t_setup = time.time(), time.perf_counter()
+        self.setup()
+        from ipyparallel.datapub import publish_data
+
+        t_trace = time.perf_counter()
+        self.train_call.get_concrete_function()  # trace now, so trace time is its own figure
+        timing = {"setup_s": t_trace - t_setup, "trace_s": time.perf_counter() - t_trace}
+
+        cfg, tf = self.cfg, self.tf
+        B, world, spe = cfg.batch_per_worker, self.world, self.steps_per_epoch
+        noise = NoiseScale(B, B * world) if self.track_noise else None
+        window = WindowMeter(B, world, spe)
+        epochs = EpochMeter(B, world)
+        rates = ThroughputLog()
+        clock = RankClock(B)
+        feed = Publisher(publish_data if self.rank == 0 else None, cfg.publish_every_s, 0)
+        feed.total_steps, feed.epochs = self.total_steps, epochs.rows
+        step, status, error = 0, "finished", None
+        # Rank 0 decides (stop, publish, next_steps) before each call; the call's allreduce tells
+        # every rank, so all act on the same decisions after the same step. next_steps sizes the
+        # call after the one that carries it (rank 0 needs one timed call to size the next).
+        k_plan = cfg.steps_per_call or FIRST_CALL_STEPS
+        decisions = self._decide(k_plan, 0.0, feed)
+
+        t_start = t_prev = time.perf_counter()
+        feed.publish("running", step)  # tells the client the ranks reached the loop
+        while step < self.total_steps:
+            epoch, in_epoch = divmod(step, spe)
+            k = int(min(k_plan, spe - in_epoch, self.total_steps - step))
+            t0 = time.perf_counter()
+            reduced = self.train_call(
+                tf.constant(epoch), tf.constant(in_epoch), tf.constant(k), tf.constant(decisions)
+            ).numpy()  # syncs
+            t1 = time.perf_counter()
+            timing.setdefault("first_call_s", t1 - t0)  # graph optimisation happens here
+            clock.add(k, t1 - t0, t0 - t_prev)
+            rates.add_call(k * B * world, t1 - t_prev)
+            t_prev = t1
+            step += k
+            window.add(reduced, k)
+            epochs.add(reduced, k, t0)
+            if noise is not None and reduced[R["noise_samples"]] > 0:
+                n = reduced[R["noise_samples"]]
+                noise.update(reduced[R["small_sq"]] / n, reduced[R["big_sq"]] / n)
+            if reduced[R["nonfinite"]] > 0:
+                status = "diverged"
+                error = (
+                    f"the loss became NaN or infinite at step {step} "
+                    f"(lr {self._lr(step):.4g}); lower base_lr, add warm-up, or use LARS"
+                )
+            elif reduced[R["stop"]] > 0:
+                status = "stopped"
+            epoch_end = step % spe == 0 or step >= self.total_steps
+            if reduced[R["publish"]] > 0 or epoch_end or status != "finished":
+                detail = self._gather_detail(clock.take())  # every rank, same calls
+                if self.rank == 0:
+                    row = window.row(
+                        step, time.perf_counter() - t_start, self._lr(step), detail, noise
+                    )
+                    rates.add_window(row["rank_samples_per_sec"])
+                    feed.rows.append(row)
+                else:
+                    window.reset()
+            if status != "finished":
+                break
+            if epoch_end:
+                val = self.validate()
+                t = time.perf_counter()
+                epochs.close(step, t, t - t_start, self._lr(step), val)
+                t_prev = t  # validation is not training time
+            if reduced[R["publish"]] > 0 or epoch_end:
+                feed.publish("running", step, time.perf_counter())
+            k_plan = max(1, int(reduced[R["next_steps"]]))
+            decisions = self._decide(k, t1 - t0, feed)
+        train_time = time.perf_counter() - t_start
+        feed.publish(status, step, time.perf_counter())  # final rows; every rank left the loop
+        summary = self._summary(status, error, step, epochs, rates, noise, feed, train_time, wall0)
+        return {**summary, **timing}
+
+    def _decide(self, steps: int, call_s: float, feed: Publisher):
+        """Rank 0's decisions for the next call (the others contribute zeros to the sums)."""
+        out = self.np.zeros(3)
+        if self.rank != 0:
+            return out
+        now = time.perf_counter()
+        out[0] = 1.0 if self.stop_file.exists() else 0.0
+        out[1] = 1.0 if feed.due(now) else 0.0
+        limit = MAX_STEPS_PER_CALL
+        out[2] = next_call_steps(
+            steps, call_s, target_s=CALL_TARGET_S, fixed=self.cfg.steps_per_call, limit=limit
+        )
+        return out
+
+    def _summary(self, status, error, step, epochs, rates, noise, feed, train_time, wall0):
+        cfg, world = self.cfg, self.world
+        last_epoch = epochs.rows[-1] if epochs.rows else {}
+        summary = {
+            "status": status,
+            "error": error,
+            "rank": self.rank,
+            "world_size": world,
+            "steps": step,
+            "epochs_done": step / self.steps_per_epoch,
+            "global_batch": cfg.global_batch(world),
+            "lr": cfg.peak_lr(world),
+            "precision": cfg.precision,
+            "val_accuracy": last_epoch.get("val_accuracy"),
+            "val_loss": last_epoch.get("val_loss"),
+            "train_accuracy": last_epoch.get("accuracy"),
+            **rates.summary(),
+            "noise_scale": noise.value if noise is not None else None,
+            "weights_digest": self.digest(),
+            "train_time_s": train_time,
+            "wall_time_s": time.time() - wall0,
+        }
+        if self.rank == 0:
+            summary["rows"] = feed.rows
+            summary["epochs"] = epochs.rows
+        return summary
+
+    def _lr(self, step: int) -> float:
+        """The LR of the last step taken (``step`` steps done)."""
+        return float(self.lr_table[max(step, 1) - 1])
+
+    def digest(self) -> str:
+        """A short hash of this rank's weights: equal on every rank when replicas agree."""
+        h = hashlib.sha256()
+        for w in self.model.get_weights():
+            h.update(self.np.ascontiguousarray(w).tobytes())
+        return h.hexdigest()[:16]
+
+
+__all__ = ["Trainer", "REDUCED", "DETAIL"]

@@ -1,0 +1,1 @@
+"""Command-line tools: `hpclab doctor | run | sweep | report | runs`."""

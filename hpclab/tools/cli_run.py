@@ -1,0 +1,290 @@
+"""``hpclab run`` and ``hpclab sweep``: train on MPI engines from the command line.
+
+Both take the RunConfig field options (:mod:`hpclab.tools.cli_fields`) and the lab options
+(workers, threads, where runs and data live), start a :class:`hpclab.lab.Lab` and record every
+run. Their exit status says how the run(s) ended (:data:`EXIT_CODES`). Heavy modules (the lab,
+ipyparallel, the report) are imported only when a command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+import time
+from pathlib import Path
+
+from hpclab import jsonio
+from hpclab.tools.cli_fields import add_field_options, field_values
+from hpclab.tools.cli_progress import Progress, say
+
+#: Exit status of ``hpclab`` commands: a run's end status, or how the command itself ended.
+EXIT_CODES = {
+    "finished": 0,
+    "failed": 1,
+    "stopped": 1,
+    "usage": 2,
+    "diverged": 3,
+    "interrupted": 130,
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# lab options, shared by run and sweep
+# ---------------------------------------------------------------------------------------------
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer >= 1")
+    return value
+
+
+def _positive_ints(text: str) -> list[int]:
+    items = [t for t in text.split(",") if t.strip()]
+    if not items:
+        raise argparse.ArgumentTypeError("no value given")
+    return [_positive_int(t.strip()) for t in items]
+
+
+def _add_lab_options(parser: argparse.ArgumentParser, *, many: bool) -> None:
+    group = parser.add_argument_group("lab")
+    if many:
+        group.add_argument(
+            "--workers",
+            type=_positive_ints,
+            default=[2],
+            metavar="N[,N...]",
+            help="MPI workers (Horovod ranks); several sizes restart the engines "
+            "between them (default: 2)",
+        )
+    else:
+        group.add_argument(
+            "--workers",
+            type=_positive_int,
+            default=2,
+            metavar="N",
+            help="MPI workers (Horovod ranks) (default: 2)",
+        )
+    group.add_argument(
+        "--threads-per-worker",
+        type=_positive_int,
+        default=1,
+        metavar="N",
+        help="CPU threads per worker (default: 1)",
+    )
+    group.add_argument(
+        "--runs-dir",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="where runs are recorded (default: $HPCLAB_RUNS or <checkout>/runs)",
+    )
+    group.add_argument(
+        "--data-dir",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="generated and staged datasets (default: $HPCLAB_DATA or <checkout>/data)",
+    )
+
+
+def _lab_dirs(args: argparse.Namespace) -> tuple[Path, Path]:
+    from hpclab import paths
+
+    return (args.runs_dir or paths.runs_dir(), args.data_dir or paths.data_dir())
+
+
+def _start_lab(args: argparse.Namespace, workers: int):
+    from hpclab.lab import Lab
+
+    runs_dir, data_dir = _lab_dirs(args)
+    return Lab(
+        workers=workers,
+        threads_per_worker=args.threads_per_worker,
+        runs_dir=runs_dir,
+        data_dir=data_dir,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# hpclab run
+# ---------------------------------------------------------------------------------------------
+
+
+def configure_run(parser: argparse.ArgumentParser) -> None:
+    """Options of ``hpclab run``."""
+    parser.epilog = (
+        "exit status: 0 finished, 1 failed or stopped, 2 usage mistake, "
+        "3 diverged (the loss became NaN/inf), 130 interrupted by Ctrl-C "
+        "(the run is stopped and its record kept)"
+    )
+    add_field_options(parser, many=False)
+    _add_lab_options(parser, many=False)
+    out = parser.add_argument_group("output")
+    out.add_argument(
+        "--json",
+        action="store_true",
+        help="print the summary as ONE JSON line on stdout (everything else goes to stderr)",
+    )
+    out.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+
+
+def run(args: argparse.Namespace) -> int:
+    """``hpclab run``: one run on ``--workers`` engines; the exit status is how it ended."""
+    from hpclab.config import RunConfig
+    from hpclab.sweep import check_staged
+
+    cfg = RunConfig(**field_values(args))
+    workers = args.workers
+    d = cfg.derived(workers)  # validates workers against the config (ConfigError)
+    runs_dir, data_dir = _lab_dirs(args)
+    check_staged(cfg, data_dir)
+    say(
+        f"hpclab run: {cfg.label()} ×{workers}: global batch {d['global_batch']}, peak lr "
+        f"{d['peak_lr']:.4g}, {d['steps_per_epoch']} steps/epoch, {d['total_steps']} steps, "
+        f"{d['warmup_steps']} warm-up steps"
+    )
+    progress = Progress(d["total_steps"], enabled=not args.no_progress)
+    interrupted = False
+    # Everything the lab prints goes to stderr, so stdout carries only the result.
+    with contextlib.redirect_stdout(sys.stderr):
+        with _start_lab(args, workers) as lab:
+            handle = lab.run(cfg)
+            say(f"hpclab run: recording to {handle.path}")
+            progress.start()
+            handle.on_update(progress)
+            try:
+                _wait_quietly(handle)
+            except KeyboardInterrupt:
+                interrupted = True
+                progress.close()
+                say("\nhpclab run: Ctrl-C — stopping every rank after the same step ...")
+                try:
+                    handle.stop(timeout=15)
+                    _wait_quietly(handle, timeout=15)
+                except KeyboardInterrupt:
+                    say(
+                        "hpclab run: interrupted again; the engines are shut down without "
+                        "waiting for the run."
+                    )
+            finally:
+                progress.close(None if interrupted else handle)
+    summary = dict(handle.summary) or {"run_id": handle.run_id, "status": handle.status}
+    summary.setdefault("path", str(handle.path))
+    status = handle.status
+    if args.json:
+        print(jsonio.dumps(summary, sort_keys=True), flush=True)
+    acc = summary.get("val_accuracy")
+    line = (
+        f"hpclab run: {status}"
+        + (f", val_accuracy {acc:.4f}" if acc is not None else "")
+        + (
+            f", {summary['samples_per_sec']:,.0f} samples/s"
+            if summary.get("samples_per_sec")
+            else ""
+        )
+        + f" — {handle.path}"
+    )
+    if status in ("failed", "diverged") and handle.error:
+        line += f"\nhpclab run: {handle.error}"
+    print(line, file=sys.stderr if args.json else sys.stdout, flush=True)
+    if interrupted:
+        return EXIT_CODES["interrupted"]
+    return EXIT_CODES.get(status, 1)
+
+
+def _wait_quietly(handle, timeout: float | None = None) -> None:
+    """Wait for the run to end, whatever its outcome (the status says what happened)."""
+    from hpclab.errors import RunFailed
+
+    try:
+        handle.wait(timeout)
+    except (RunFailed, TimeoutError):
+        pass
+
+
+# ---------------------------------------------------------------------------------------------
+# hpclab sweep
+# ---------------------------------------------------------------------------------------------
+
+
+def configure_sweep(parser: argparse.ArgumentParser) -> None:
+    """Options of ``hpclab sweep``."""
+    parser.epilog = (
+        "Every combination of the comma-separated values is one run; all are "
+        "validated before the first starts. Combinations already finished in "
+        "--runs-dir are skipped, so re-running a sweep resumes it. exit status: 0 "
+        "every point ran to its end (diverged ones included), 1 a point failed, "
+        "2 usage mistake, 130 Ctrl-C."
+    )
+    add_field_options(parser, many=True)
+    _add_lab_options(parser, many=True)
+    out = parser.add_argument_group("output")
+    out.add_argument(
+        "--report",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="write a self-contained HTML report of the sweep's runs here at the end",
+    )
+    out.add_argument("--title", default="hpclab sweep", help="title of the report")
+
+
+def sweep(args: argparse.Namespace) -> int:
+    """``hpclab sweep``: every combination once (finished ones skipped), then a report."""
+    from hpclab import sweep as sweeps
+    from hpclab.config import RunConfig
+
+    values = field_values(args)
+    fixed = {k: v[0] for k, v in values.items() if len(v) == 1}
+    grid = {k: v for k, v in values.items() if len(v) > 1}
+    cfg = RunConfig(**fixed)
+    runs_dir, data_dir = _lab_dirs(args)
+    grid["workers"] = args.workers
+    points = sweeps.plan(cfg, runs_dir, current_workers=args.workers[0], data_dir=data_dir, **grid)
+    pending = [p for p in points if p.finished is None]
+    print(
+        f"hpclab sweep: {len(points)} run(s), {len(points) - len(pending)} already recorded, "
+        f"recording to {runs_dir}",
+        flush=True,
+    )
+    t0 = time.perf_counter()
+    if pending:
+        try:
+            with _start_lab(args, pending[0].workers) as lab:
+                records = sweeps.run_sweep(lab, cfg, **grid)
+        except KeyboardInterrupt:
+            say(
+                "\nhpclab sweep: interrupted; the current run was stopped and recorded. Run the "
+                "same command again to resume."
+            )
+            return EXIT_CODES["interrupted"]
+    else:
+        from hpclab.runs import load_run
+
+        printer = sweeps.PrintProgress(keys=[k for k in grid if k != "workers"])
+        records = []
+        for i, p in enumerate(points, start=1):
+            record = load_run(p.finished)
+            printer.end(i, len(points), p, record, "skipped")
+            records.append(record)
+    statuses = [r.status for r in records]
+    print(
+        f"hpclab sweep: done in {time.perf_counter() - t0:.0f} s: "
+        + ", ".join(f"{statuses.count(s)} {s}" for s in dict.fromkeys(statuses)),
+        flush=True,
+    )
+    if args.report is not None:
+        from hpclab.views.report import write_report
+
+        path = write_report(records, args.report, title=args.title)
+        print(f"hpclab sweep: report written to {path}", flush=True)
+    return EXIT_CODES["failed"] if "failed" in statuses or "stopped" in statuses else 0
+
+
+__all__ = ["EXIT_CODES", "configure_run", "run", "configure_sweep", "sweep"]

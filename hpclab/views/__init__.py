@@ -1,0 +1,16 @@
+"""Views: everything that shows runs to a person. Reads runs, never talks to the engines.
+
+Static charts (plotly only, no widgets, no threads), each layer importing only the ones above it:
+
+* :mod:`~hpclab.views.facts` — a Run, RunRecord or run folder → :class:`RunFacts`; column helpers.
+* :mod:`~hpclab.views.outcomes` — what one run achieved: accuracy, throughput, steps to target.
+* :mod:`~hpclab.views.skeleton` — the dashboard's five-panel grid and the colours.
+* :mod:`~hpclab.views.traces` — one run → trace specs; the static dashboard figure.
+* :mod:`~hpclab.views.comparison` — ``compare(runs)``: table and overlaid curves.
+* :mod:`~hpclab.views.batch_charts` — accuracy and steps/time to target vs global batch.
+* :mod:`~hpclab.views.scaling_charts` — throughput and scaling efficiency vs workers.
+* :mod:`~hpclab.views.report` — one self-contained HTML file.
+
+Widgets (ipywidgets, imported when built): :mod:`~hpclab.views.live` (the threaded live
+dashboard) and the control panel (:mod:`~hpclab.views.panel`). Static modules never import them.
+"""

@@ -1,0 +1,121 @@
+"""The dashboard's five-panel figure before any run is drawn: grid, axis titles, notes, colours.
+
+Both the live widget (:class:`hpclab.views.live.Dashboard`, a ``go.FigureWidget``) and the static
+report figure (:func:`hpclab.views.traces.figure`, a ``go.Figure``) start from :func:`skeleton`, so
+they look the same. The colour tables are shared by every chart in :mod:`hpclab.views`.
+
+plotly only: the widget class is passed in by the caller, never imported here.
+"""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from hpclab.views.facts import X_AXES, text
+
+# panel → (x axis, y axis) of the subplot grid built by skeleton() (row-major cell order)
+PANELS = ("throughput", "loss", "accuracy", "lr", "noise")
+AXES = {
+    "throughput": ("x", "y"),
+    "loss": ("x2", "y2"),
+    "accuracy": ("x3", "y3"),
+    "lr": ("x4", "y4"),
+    "noise": ("x5", "y5"),
+}
+TITLES = (
+    "throughput (samples/s)",
+    "loss",
+    "accuracy",
+    "learning rate",
+    "gradient noise scale B_noise vs global batch",
+)
+Y_TITLES = ("samples/s", "loss", "accuracy", "learning rate", "samples")
+
+# colours: the current run's metrics, its ranks, and one colour per other run
+COLORS = {
+    "global": "#222222",
+    "ideal": "#8c8c8c",
+    "train": "#1f77b4",
+    "val": "#d62728",
+    "lr": "#2ca02c",
+    "noise": "#9467bd",
+    "batch": "#8c8c8c",
+}
+RANK_COLORS = (
+    "rgb(102,194,165)",
+    "rgb(252,141,98)",
+    "rgb(141,160,203)",
+    "rgb(231,138,195)",
+    "rgb(166,216,84)",
+    "rgb(255,217,47)",
+    "rgb(229,196,148)",
+    "rgb(179,179,179)",
+)
+RUN_COLORS = (
+    "rgb(27,158,119)",
+    "rgb(217,95,2)",
+    "rgb(117,112,179)",
+    "rgb(231,41,138)",
+    "rgb(102,166,30)",
+    "rgb(230,171,2)",
+    "rgb(166,118,29)",
+    "rgb(102,102,102)",
+)
+
+
+def skeleton(cls: type, title: str, x: str) -> go.Figure:
+    """An empty five-panel figure of class `cls` (go.Figure or go.FigureWidget), x axis `x`."""
+    base = make_subplots(
+        rows=3,
+        cols=2,
+        specs=[[{}, {}], [{}, {}], [{"colspan": 2}, None]],
+        subplot_titles=TITLES,
+        vertical_spacing=0.1,
+        horizontal_spacing=0.09,
+    )
+    fig = base if cls is go.Figure else cls(base)
+    fig.update_layout(
+        title=dict(text=text(title)) if title else None,
+        height=860,
+        template="plotly_white",
+        margin=dict(l=60, r=20, t=80 if title else 50, b=50),
+        legend=dict(orientation="v", groupclick="togglegroup", font=dict(size=11)),
+    )
+    for i, panel in enumerate(PANELS):
+        xa, ya = AXES[panel]
+        fig.layout[xa.replace("x", "xaxis")].title = X_AXES[x]
+        fig.layout[ya.replace("y", "yaxis")].title = Y_TITLES[i]
+    fig.layout.yaxis3.range = [0, 1.02]
+    fig.layout.yaxis.rangemode = "tozero"  # throughput: scale differences read honestly
+    for name, (xa, ya), where in (
+        ("ideal_note", AXES["throughput"], (0.01, 0.99)),
+        ("noise_note", AXES["noise"], (0.01, 0.99)),
+    ):
+        fig.add_annotation(
+            name=name,
+            text="",
+            showarrow=False,
+            xref=f"{xa} domain",
+            yref=f"{ya} domain",
+            x=where[0],
+            y=where[1],
+            xanchor="left",
+            yanchor="top",
+            font=dict(size=11, color="#555"),
+            align="left",
+        )
+    return fig
+
+
+def set_notes(fig: go.Figure, texts: dict[str, str]) -> None:
+    """Fill the named in-panel notes ('ideal_note', 'noise_note') with escaped text."""
+    for ann in fig.layout.annotations:
+        if ann.name in texts:
+            ann.text = text(texts[ann.name])
+
+
+def set_x_titles(fig: go.Figure, x: str) -> None:
+    """Name x axis `x` on every panel."""
+    for panel in PANELS:
+        fig.layout[AXES[panel][0].replace("x", "xaxis")].title.text = X_AXES[x]

@@ -1,0 +1,236 @@
+"""Fake runs for the fast tests: real run folders on disk, and an in-memory run that calls back.
+
+:func:`write_run` writes ``<root>/<run_id>/`` through hpclab's own writer (:class:`RunStore`), in
+the format a `Lab` run leaves behind (docs/architecture.md, "Run directory"): config.json with the
+config, worker count, derived numbers and the lab meta (launcher, threads per worker, ranks),
+metrics.jsonl, epochs.jsonl and — unless the run is still running — summary.json. Every number
+is derived from a real :class:`RunConfig`, so tests can work out what to expect by hand:
+
+* epoch k ends at step k × steps_per_epoch and at k × `epoch_s` seconds;
+* history rows are spread evenly over the steps the epochs cover, with time_s in proportion;
+* the global throughput is `samples_per_sec` everywhere (rows, epochs and summary).
+
+:class:`FakeRun` is the part of :class:`hpclab.run.Run` the live dashboard uses: DataFrames that
+grow, ``on_update`` callbacks, ``status`` and ``done``.
+
+Tests import it as ``from fakes import write_run`` (pytest puts tests/ on sys.path).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from hpclab.config import RunConfig
+from hpclab.runs import RunStore
+
+VERSIONS = {"tensorflow": "2.15.1", "horovod": "0.28.1"}
+STARTUP_S = 4.0  # wall time before the training loop (engines, data, first trace)
+
+
+def make_history(
+    cfg: RunConfig,
+    workers: int,
+    n: int,
+    *,
+    samples_per_sec: float = 10_000.0,
+    epoch_s: float = 5.0,
+    steps: int | None = None,
+) -> list[dict]:
+    """`n` telemetry rows shaped like the engine's (docs/architecture.md, "History row"), spread
+    evenly over `steps` optimizer steps (default: the whole run)."""
+    gb, spe = cfg.global_batch(workers), cfg.steps_per_epoch(workers)
+    steps = steps or cfg.total_steps(workers)
+    share = samples_per_sec / workers
+    ranks = [share * (1 + 0.02 * (r - (workers - 1) / 2)) for r in range(workers)]
+    rows = []
+    for i in range(1, n + 1):
+        step = max(1, i * steps // n)
+        progress = step / steps
+        rows.append(
+            {
+                "step": step,
+                "epoch": step / spe,
+                "samples": step * gb,
+                "time_s": step / spe * epoch_s,
+                "loss": 2.3 * math.exp(-3 * progress) + 0.15,
+                "accuracy": 0.95 - 0.85 * math.exp(-3 * progress),
+                "lr": cfg.lr_at(step, workers),
+                "samples_per_sec": samples_per_sec,
+                "rank_samples_per_sec": list(ranks),
+                "input_ms": 0.4,
+                "compute_ms": 6.0,
+                "grad_norm_small_sq": 2.0,
+                "grad_norm_big_sq": 1.2,
+                "noise_scale": math.nan if workers == 1 else 80.0 + 4 * i,
+            }
+        )
+    return rows
+
+
+def make_epochs(
+    cfg: RunConfig,
+    workers: int,
+    val_accs: Sequence[float],
+    *,
+    samples_per_sec: float = 10_000.0,
+    epoch_s: float = 5.0,
+) -> list[dict]:
+    """One row per finished epoch (docs/architecture.md, "Epoch row"), val_accuracy as given."""
+    spe = cfg.steps_per_epoch(workers)
+    return [
+        {
+            "epoch": k,
+            "step": k * spe,
+            "time_s": k * epoch_s,
+            "loss": 1.0 / k,
+            "accuracy": a,
+            "val_loss": 1.0 - a,
+            "val_accuracy": a,
+            "lr": cfg.peak_lr(workers),
+            "samples_per_sec": samples_per_sec,
+        }
+        for k, a in enumerate(val_accs, start=1)
+    ]
+
+
+def write_run(
+    root: Path | str,
+    config: RunConfig | None = None,
+    *,
+    workers: int = 2,
+    status: str = "finished",
+    val_accs: Sequence[float] = (0.6, 0.8, 0.9),
+    history: int | list[dict] = 30,
+    epoch_rows: list[dict] | None = None,
+    samples_per_sec: float = 10_000.0,
+    epoch_s: float = 5.0,
+    summary: dict | None = None,
+    threads_per_worker: int | None = 1,
+    lab: dict | None = None,
+    **fields: Any,
+) -> Path:
+    """Write one run folder under `root` and return its path.
+
+    config: a RunConfig to start from (default RunConfig() with epochs = len(val_accs));
+        `**fields` (RunConfig field names: batch_per_worker=..., lr_scaling=..., name=...) change it.
+    workers: ranks the run used. status: "running" writes no summary.json (a run still going);
+        anything else ("finished", "stopped", "failed", "diverged") is the summary's status.
+    val_accs: one epoch row per value (its val_accuracy); epoch_rows: rows to write instead.
+    history: how many history rows to generate over the epochs' steps, or the rows themselves.
+    samples_per_sec, epoch_s: the global throughput and the seconds per epoch.
+    summary: keys that replace the generated summary's.
+    threads_per_worker: the Lab argument recorded under "lab" in config.json; None writes no lab
+        meta at all (a record from before hpclab stored it). lab: more keys for that meta.
+    """
+    if config is None:
+        fields.setdefault("epochs", max(1, len(val_accs)))
+        cfg = RunConfig(**fields)
+    else:
+        cfg = config.replace(**fields) if fields else config
+    meta: dict[str, Any] = {
+        "config": cfg.to_dict(),
+        "workers": workers,
+        "derived": cfg.derived(workers),
+    }
+    if threads_per_worker is not None or lab:
+        meta["lab"] = {
+            "launcher": "mpi",
+            "threads_per_worker": threads_per_worker,
+            "ranks": [
+                {
+                    "rank": r,
+                    "size": workers,
+                    "local_rank": r,
+                    "pid": 40_000 + r,
+                    "host": "localhost",
+                    "threads": threads_per_worker,
+                    "gpus": 0,
+                    "engine_id": r,
+                }
+                for r in range(workers)
+            ],
+            **(lab or {}),
+        }
+    store = RunStore(root)
+    store.create(meta)
+
+    spe = cfg.steps_per_epoch(workers)
+    epochs = (
+        epoch_rows
+        if epoch_rows is not None
+        else make_epochs(cfg, workers, val_accs, samples_per_sec=samples_per_sec, epoch_s=epoch_s)
+    )
+    steps = max((int(e.get("step") or 0) for e in epochs), default=0) or cfg.total_steps(workers)
+    rows = (
+        history
+        if isinstance(history, list)
+        else make_history(
+            cfg, workers, history, samples_per_sec=samples_per_sec, epoch_s=epoch_s, steps=steps
+        )
+    )
+    if rows:
+        store.append_history(rows)
+    if epochs:
+        store.append_epochs(epochs)
+    if status == "running":
+        return store.path
+
+    last = epochs[-1] if epochs else {}
+    noise = [r["noise_scale"] for r in rows if isinstance(r.get("noise_scale"), (int, float))]
+    train_time = steps / spe * epoch_s
+    store.write_summary(
+        {
+            "run_id": store.run_id,
+            "status": status,
+            "val_accuracy": last.get("val_accuracy"),
+            "val_loss": last.get("val_loss"),
+            "train_accuracy": last.get("accuracy"),
+            "samples_per_sec": samples_per_sec,
+            "samples_per_sec_ci95": 0.02 * samples_per_sec,
+            "rank_samples_per_sec": [samples_per_sec / workers] * workers,
+            "world_size": workers,
+            "global_batch": cfg.global_batch(workers),
+            "lr": cfg.peak_lr(workers),
+            "precision": cfg.precision,
+            "weights_digest": ["0" * 16] * workers,
+            "steps": steps,
+            "epochs_done": len(epochs),
+            "wall_time_s": train_time + STARTUP_S,
+            "train_time_s": train_time,
+            "noise_scale": noise[-1] if noise else None,
+            "versions": dict(VERSIONS),
+            "error": None if status in ("finished", "stopped") else f"the run {status}",
+            "config": cfg.to_dict(),
+            **(summary or {}),
+        }
+    )
+    return store.path
+
+
+class FakeRun:
+    """The part of hpclab.run.Run the dashboard uses; rows arrive when the test publishes them
+    (from any thread), and every publish calls the registered callbacks like the monitor does."""
+
+    def __init__(self, workers: int = 2, rows: int = 120, config: RunConfig | None = None):
+        self.config = config or RunConfig(epochs=2)
+        self.workers = workers
+        self.status = "running"
+        self.done = False
+        self.history = pd.DataFrame()
+        self.epochs = pd.DataFrame()
+        self.callbacks: list = []
+        self._rows = make_history(self.config, workers, rows)
+
+    def on_update(self, callback) -> None:
+        self.callbacks.append(callback)
+
+    def publish(self, n: int) -> None:
+        """Show the first `n` rows and call back."""
+        self.history = pd.DataFrame(self._rows[:n])
+        for cb in self.callbacks:
+            cb(self)

@@ -1,0 +1,242 @@
+"""hpclab.lab.Lab: argument checks, and the lifecycle of real MPI engines (hpclab/lab.py, run.py).
+
+Argument checks and the run handle's logging need no engines. The `mpi` tests start their own
+labs (the shared `lab2` fixture must stay up for the other tests), each with one or two workers
+because every start costs seconds: start, restart (after a rank was killed: the next run restarts
+the engines, with a logged warning) and stop are checked by pid, through the lab's own rank -> pid
+map; `with Lab(...)` must tear down on a normal exit and on an exception; a script that forgets
+`lab.stop()` must leave no engine behind when it exits.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import psutil
+import pytest
+
+from hpclab.catalog import MAX_THREADS_PER_WORKER, MAX_WORKERS
+from hpclab.config import RunConfig
+from hpclab.errors import ConfigError, LabError, RunFailed
+from hpclab.lab import Lab
+from hpclab.run import Run
+from hpclab.runs import RunStore
+from hpclab.views.panel import Panel
+
+# -- arguments: checked before any engine starts ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "kwargs, quoted",
+    [
+        ({"workers": 0}, "workers=0"),
+        ({"workers": True}, "workers=True"),
+        ({"workers": 2.0}, "workers=2.0"),
+        ({"workers": MAX_WORKERS + 1}, f"workers={MAX_WORKERS + 1}"),
+        ({"launcher": "pbs"}, "launcher='pbs'"),
+        ({"threads_per_worker": 0}, "threads_per_worker=0"),
+        ({"threads_per_worker": "2"}, "threads_per_worker='2'"),
+        ({"threads_per_worker": MAX_THREADS_PER_WORKER + 1}, "threads_per_worker="),
+        ({"start_timeout": 0}, "start_timeout=0"),
+        ({"start_timeout": True}, "start_timeout=True"),
+    ],
+)
+def test_bad_arguments_are_refused_with_the_value_quoted(kwargs, quoted):
+    t0 = time.perf_counter()
+    with pytest.raises(ConfigError) as err:
+        Lab(**kwargs)
+    assert quoted in str(err.value) and f"Lab.{next(iter(kwargs))}" in str(err.value)
+    assert time.perf_counter() - t0 < 1  # refused before any engine starts
+
+
+def test_slurm_is_refused_with_a_sentence_until_it_is_supported():
+    with pytest.raises(ConfigError) as err:
+        Lab(workers=2, launcher="slurm")
+    message = str(err.value)
+    assert "'mpi'" in message and "only launcher this version supports" in message
+    assert "Slurm support is tracked" in message and "launcher='slurm'" in message
+
+
+def test_run_and_wait_is_gone():
+    assert not hasattr(Lab, "run_and_wait")  # Lab.run(cfg).wait() is the one way
+
+
+# -- the run handle's monitor thread logs, it never prints -----------------------------------------
+
+
+class _FakeResult:
+    """One rank's AsyncResult: publishes two rows once `go` is set, then returns a summary."""
+
+    def __init__(self, go: threading.Event):
+        self.go, self.polls = go, 0
+
+    @property
+    def data(self):
+        if not self.go.is_set():
+            return {}
+        self.polls += 1
+        rows = [{"step": 1, "loss": 1.0}, {"step": 2, "loss": 0.5}]
+        return {"hpclab": {"state": "running", "rows": rows, "epochs": []}}
+
+    def ready(self):
+        return self.polls >= 2
+
+    def get(self, return_exceptions=False):
+        return {"rank": 0, "status": "finished", "rows": [], "epochs": [], "weights_digest": "d"}
+
+
+def test_a_failing_on_update_callback_is_logged_once_not_printed(tmp_path, caplog, capsys):
+    store = RunStore(tmp_path)
+    store.create({"config": RunConfig().to_dict(), "workers": 1})
+    go = threading.Event()
+    run = Run(
+        config=RunConfig(),
+        workers=1,
+        store=store,
+        results=[_FakeResult(go)],
+        ranks=[{"rank": 0, "pid": 1, "host": "h"}],
+        on_engines_lost=lambda why: None,
+        abort=lambda: None,
+        launcher_output=lambda: "",
+    )
+
+    def broken_chart(run):
+        raise KeyError("trace")
+
+    caplog.set_level(logging.DEBUG, logger="hpclab")
+    run.on_update(broken_chart)
+    go.set()
+    assert run.wait(10)["status"] == "finished"  # the run's bookkeeping went on
+
+    def failures():
+        return [r for r in caplog.records if "on_update callback" in r.getMessage()]
+
+    deadline = time.monotonic() + 5  # the last call comes just after `done` is set
+    while len(failures()) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert run.callback_errors == 2  # new rows, then the end
+    failures = failures()
+    assert [r.levelno for r in failures] == [logging.ERROR, logging.DEBUG]  # shown once
+    assert failures[0].name == "hpclab.run" and failures[0].exc_info[0] is KeyError
+    assert "broken_chart" in failures[0].getMessage()
+    assert run.run_id in failures[0].getMessage()
+    assert capsys.readouterr() == ("", "")  # nothing printed into the cell
+
+
+# -- real engines ------------------------------------------------------------------------------
+
+
+def rank_pids(lab) -> list[int]:
+    return [r["pid"] for r in lab.ranks]
+
+
+def alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def wait_gone(pids, timeout=15.0) -> list[int]:
+    """The pids still alive after `timeout` s (empty: all gone)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and any(alive(p) for p in pids):
+        time.sleep(0.1)
+    return [p for p in pids if alive(p)]
+
+
+def engine_pids_answer(lab) -> list[int]:
+    """Ask every engine for its pid, in rank order (proves they run and answer)."""
+    return lab.client[[r["engine_id"] for r in lab.ranks]].apply_sync(os.getpid)
+
+
+def our_children() -> set[int]:
+    return {p.pid for p in psutil.Process().children(recursive=True) if alive(p.pid)}
+
+
+@pytest.mark.mpi
+def test_start_and_stop_by_pid(tmp_path):
+    before = our_children()
+    with Lab(workers=2, runs_dir=tmp_path, verbose=False) as lab:  # a normal exit stops it
+        pids = rank_pids(lab)
+        assert [r["rank"] for r in lab.ranks] == [0, 1] and len(set(pids)) == 2
+        assert lab.healthy and lab.lost is None and "running" in repr(lab)
+        assert engine_pids_answer(lab) == pids
+        assert lab.startup_s is not None and lab.startup_s > 0
+    assert wait_gone(pids) == []
+    assert our_children() - before == set()  # controller, mpiexec, nannies: all gone
+    assert not lab.healthy and "stopped" in repr(lab)
+    lab.stop()  # stopping twice is fine
+    with pytest.raises(LabError, match="this lab is stopped"):
+        lab.run(RunConfig(num_samples=4000, epochs=1))
+
+
+@pytest.mark.mpi
+def test_lost_engines_restart_fresh_with_a_logged_warning_and_an_exception_tears_down(
+    tmp_path, caplog, capsys
+):
+    caplog.set_level(logging.INFO, logger="hpclab")
+    with pytest.raises(RuntimeError, match="a bug in the notebook"):
+        with Lab(workers=1, runs_dir=tmp_path, verbose=False) as lab:
+            old = rank_pids(lab)
+            # many epochs: it is killed long before it could end
+            doomed = lab.run(RunConfig(num_samples=4000, epochs=50, batch_per_worker=16))
+            time.sleep(1.0)  # the task is on the engine
+            os.kill(old[0], signal.SIGKILL)
+            with pytest.raises(RunFailed, match=f"rank 0 \\(pid {old[0]}"):
+                doomed.wait(60)
+            assert lab.lost and not lab.healthy and "lost" in repr(lab)
+
+            # the next run restarts them; through the panel, whose status line says so
+            panel = Panel(lab, base=RunConfig(num_samples=4000, epochs=1), dashboard=False)
+            said = []
+            panel.widgets["status"].observe(lambda c: said.append(c["new"]), names="value")
+            panel.widgets["run"].click()
+            run = panel.run
+            assert any("previous engines were lost" in s for s in said)
+            warnings = [
+                r
+                for r in caplog.records
+                if r.name.startswith("hpclab") and r.levelno >= logging.WARNING
+            ]
+            assert [r.name for r in warnings] == ["hpclab.lab"], caplog.text  # the abort is quiet
+            assert "previous engines were lost" in warnings[0].getMessage()
+            assert "rank 0" in warnings[0].getMessage()  # says why
+            assert lab.healthy and lab.lost is None
+            new = rank_pids(lab)
+            assert new != old and wait_gone(old) == []
+            assert engine_pids_answer(lab) == new
+            assert run.wait(120)["status"] == "finished"
+            raise RuntimeError("a bug in the notebook")
+    assert wait_gone(new) == [] and not lab.healthy and "stopped" in repr(lab)
+    assert "lost" not in capsys.readouterr().out  # logged, not printed
+
+
+@pytest.mark.mpi
+def test_a_script_that_forgets_to_stop_its_lab_leaves_no_engines(tmp_path):
+    script = textwrap.dedent(
+        f"""
+        import json, sys
+        from hpclab import Lab
+        lab = Lab(workers=1, runs_dir={str(tmp_path)!r}, verbose=False)
+        print(json.dumps([r["pid"] for r in lab.ranks]), flush=True)
+        # exits here without lab.stop(): the atexit hook must stop the engines
+        """
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    pids = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert pids and wait_gone(pids) == []
+    # hpclab's hook ran before ipyparallel's own (which would say "Stopping cluster"), so the
+    # engines were shut down cleanly, and the exit did not hang on a client whose cluster was gone
+    assert "Stopping cluster" not in proc.stderr, proc.stderr[-3000:]

@@ -1,0 +1,162 @@
+"""The rank-side bookkeeping (hpclab.rank.meters): NumPy only, no TensorFlow, no MPI.
+
+Telemetry vectors are built field by field from chosen numbers, and every expected figure is
+computed in the test from those numbers, so a wrong column, a wrong sum or a missing reset fails
+here rather than in a 2-rank run.
+"""
+
+import math
+
+import numpy as np
+import pytest
+
+from hpclab.metrics import NoiseScale
+from hpclab.rank.meters import (
+    DECISIONS,
+    DETAIL,
+    REDUCED,
+    EpochMeter,
+    Publisher,
+    RankClock,
+    ThroughputLog,
+    WindowMeter,
+    next_call_steps,
+)
+
+B, WORLD, SPE = 32, 2, 10  # batch per worker, ranks, steps per epoch
+
+
+def reduced(**sums) -> np.ndarray:
+    """A REDUCED vector (already summed over ranks) with the given entries, zeros elsewhere."""
+    v = np.zeros(len(REDUCED))
+    for name, value in sums.items():
+        v[REDUCED.index(name)] = value
+    return v
+
+
+def detail(**per_rank) -> np.ndarray:
+    """A gathered [WORLD, DETAIL] matrix: each keyword is one field's value per rank."""
+    m = np.zeros((WORLD, len(DETAIL)))
+    for name, values in per_rank.items():
+        m[:, DETAIL.index(name)] = values
+    return m
+
+
+def test_the_decisions_are_the_last_entries_of_the_reduced_vector():
+    # The compiled call appends the host's decisions after its own sums, in this order.
+    assert REDUCED[-len(DECISIONS) :] == DECISIONS
+
+
+def test_window_row_from_reduced_sums_and_gathered_detail_then_resets():
+    meter = WindowMeter(B, WORLD, SPE)
+    k = 4  # steps per call
+    meter.add(reduced(loss_sum=4.4, correct=190, count=2 * k * B, small_sq=20, big_sq=8,
+                      noise_samples=2), k)  # fmt: skip
+    meter.add(reduced(loss_sum=3.6, correct=210, count=2 * k * B, small_sq=16, big_sq=6,
+                      noise_samples=2), k)  # fmt: skip
+    d = detail(samples=[2 * k * B] * 2, call_s=[0.06, 0.12], host_s=[0.02, 0.04], steps=[2 * k] * 2)
+    row = meter.row(step=20, time_s=1.5, lr=0.1, detail=d, noise=None)
+
+    assert row["step"] == 20 and row["epoch"] == 2.0 and row["samples"] == 20 * B * WORLD
+    assert row["loss"] == pytest.approx((4.4 + 3.6) / (2 * k * WORLD))  # mean step loss
+    assert row["accuracy"] == pytest.approx((190 + 210) / (2 * 2 * k * B))
+    r0, r1 = 2 * k * B / (0.06 + 0.02), 2 * k * B / (0.12 + 0.04)  # own samples / own time
+    assert row["rank_samples_per_sec"] == pytest.approx([r0, r1])
+    assert row["samples_per_sec"] == pytest.approx(r0 + r1)
+    assert row["input_ms"] == pytest.approx(1000 * (0.02 + 0.04) / (2 * 2 * k))
+    assert row["compute_ms"] == pytest.approx(1000 * (0.06 + 0.12) / (2 * 2 * k))
+    assert row["grad_norm_small_sq"] == pytest.approx((20 + 16) / 4)  # mean over samples
+    assert row["grad_norm_big_sq"] == pytest.approx((8 + 6) / 4)
+    assert math.isnan(row["noise_scale"])
+
+    empty = meter.row(step=21, time_s=1.6, lr=0.1, detail=detail(), noise=None)
+    assert empty["loss"] == 0.0 and empty["samples_per_sec"] is None
+    assert empty["rank_samples_per_sec"] == [None, None]
+
+
+def test_window_row_carries_the_running_noise_scale():
+    noise = NoiseScale(B, B * WORLD)
+    noise.update(g_small_sq=5.0, g_big_sq=4.0)
+    row = WindowMeter(B, WORLD, SPE).row(step=1, time_s=0.1, lr=0.1, detail=detail(), noise=noise)
+    assert math.isfinite(noise.value) and row["noise_scale"] == pytest.approx(noise.value)
+
+
+def test_rank_clock_accumulates_until_taken():
+    clock = RankClock(B)
+    clock.add(steps=4, call_s=0.1, host_s=0.01)
+    clock.add(steps=8, call_s=0.2, host_s=0.02)
+    got = clock.take()
+    assert got.tolist() == pytest.approx([12 * B, 0.3, 0.03, 12])
+    assert clock.take().tolist() == [0, 0, 0, 0]
+
+
+def test_epoch_rows_use_epoch_sums_and_their_own_clock():
+    meter = EpochMeter(B, WORLD)
+    k = 5
+    meter.add(reduced(loss_sum=11.0, correct=250, count=2 * k * B), k, 100.0)
+    meter.add(reduced(loss_sum=9.0, correct=290, count=2 * k * B), k, 100.5)
+    row = meter.close(step=10, now=102.0, time_s=2.0, lr=0.2, val=(0.7, 0.8))
+
+    count = 2 * 2 * k * B
+    assert row["epoch"] == 1 and row["step"] == 10
+    assert row["loss"] == pytest.approx((11 + 9) / (2 * k * WORLD))
+    assert row["accuracy"] == pytest.approx((250 + 290) / count)
+    assert row["samples_per_sec"] == pytest.approx(count / (102.0 - 100.0))
+    assert (row["val_loss"], row["val_accuracy"], row["lr"]) == (0.7, 0.8, 0.2)
+
+    # The next epoch starts its clock when the previous one closed and its sums at zero.
+    meter.add(reduced(loss_sum=2.0, correct=20, count=2 * B), 1, 103.0)
+    second = meter.close(step=11, now=104.0, time_s=4.0, lr=0.2, val=(0.5, 0.9))
+    assert second["epoch"] == 2
+    assert second["loss"] == pytest.approx(2.0 / WORLD)
+    assert second["accuracy"] == pytest.approx(20 / (2 * B))
+    assert second["samples_per_sec"] == pytest.approx(2 * B / (104.0 - 102.0))
+    assert [r["epoch"] for r in meter.rows] == [1, 2]
+
+
+def test_throughput_skips_the_warm_up_calls_and_averages_rank_windows():
+    log = ThroughputLog()
+    calls = [(1000, 0.5)] * 3 + [(1000, 0.01), (1000, 0.0125), (1000, 0.01)]
+    for samples, seconds in calls:
+        log.add_call(samples, seconds)
+    log.add_call(1000, 0.0)  # a zero-length interval is not a rate
+    for window in ([10.0, 20.0], [100.0, 110.0], [100.0, 90.0], [None, 5.0]):
+        log.add_window(window)
+    s = log.summary()
+    kept = [samples / seconds for samples, seconds in calls[3:]]  # max(3, 10 %) calls skipped
+    assert s["samples_per_sec"] == pytest.approx(np.mean(kept))
+    assert s["samples_per_sec_ci95"] == pytest.approx(1.96 * np.std(kept))
+    assert s["throughput_intervals"] == 3
+    assert s["rank_samples_per_sec"] == pytest.approx([100.0, 100.0])  # first window skipped
+
+
+def test_publisher_sends_sequence_numbered_recent_rows_on_its_cadence():
+    sent = []
+    feed = Publisher(sent.append, every_s=0.5, total_steps=100)
+    feed.publish("running", 0)  # a start message leaves the cadence alone
+    assert feed.due(0.0)
+    feed.rows.extend({"step": i} for i in range(1, Publisher.ROWS_PER_MESSAGE + 11))
+    feed.epochs.extend({"epoch": e} for e in (1, 2))
+    feed.publish("running", 50, now=10.0)
+    assert not feed.due(10.4) and feed.due(10.5)
+    assert [m["hpclab"]["seq"] for m in sent] == [1, 2]
+    last = sent[-1]["hpclab"]
+    assert last["rows"][0]["step"] == 11 and len(last["rows"]) == Publisher.ROWS_PER_MESSAGE
+    assert [e["epoch"] for e in last["epochs"]] == [1, 2]  # all of them: the client slices
+    assert (last["state"], last["step"], last["total_steps"]) == ("running", 50, 100)
+
+
+@pytest.mark.parametrize("send,every", [(None, 0.5), (print, 0.0)])
+def test_publisher_off_sends_nothing_and_is_never_due(send, every):
+    feed = Publisher(send, every_s=every, total_steps=10)
+    feed.publish("running", 1, now=1.0)
+    assert not feed.enabled and not feed.due(1e9) and feed.seq == 0
+
+
+def test_call_size_aims_at_the_target_duration_and_grows_at_most_twofold():
+    assert next_call_steps(10, 0.05, target_s=0.15, fixed=0, limit=1000) == 20  # ×3 wanted
+    assert next_call_steps(10, 0.1, target_s=0.15, fixed=0, limit=1000) == 15
+    assert next_call_steps(10, 1.5, target_s=0.15, fixed=0, limit=1000) == 1
+    assert next_call_steps(600, 0.01, target_s=0.15, fixed=0, limit=1000) == 1000
+    assert next_call_steps(4, 0.0, target_s=0.15, fixed=0, limit=1000) == 8  # untimed: double
+    assert next_call_steps(10, 0.05, target_s=0.15, fixed=7, limit=1000) == 7  # fixed wins

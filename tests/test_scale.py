@@ -1,0 +1,45 @@
+"""Sixteen real MPI engines on this 2-core machine (8× oversubscribed): start, run, stop.
+
+What grows with the world size must stay bounded: each call runs one fixed-size allreduce, the
+per-rank detail crosses only on publish calls, and a live message carries a bounded number of
+rows. Real ipyparallel MPI engines and real Horovod; a tiny model so 16 ranks fit on 2 cores.
+The stop bound (2 s) is the lab's responsiveness promise, not a speed goal: a stop must never
+wait for a long compiled call, however many ranks share the cores.
+"""
+
+import pickle
+import time
+
+import pytest
+
+from hpclab import Lab, RunConfig
+from hpclab.rank.meters import Publisher
+
+pytestmark = [pytest.mark.mpi, pytest.mark.slow]
+
+WORKERS = 16
+
+
+def test_sixteen_engines_start_train_publish_and_stop_within_two_seconds(tmp_path):
+    with Lab(workers=WORKERS, runs_dir=tmp_path, start_timeout=600, verbose=False) as lab:
+        assert [r["rank"] for r in lab.ranks] == list(range(WORKERS))
+        assert {r["size"] for r in lab.ranks} == {WORKERS}
+        cfg = RunConfig(model="mlp", num_samples=8000, batch_per_worker=8, epochs=500, seed=1)
+        run = lab.run(cfg)
+        deadline = time.time() + 300
+        while time.time() < deadline and len(run.history) < 3 and not run.done:
+            time.sleep(0.2)
+        assert not run.done and len(run.history) >= 3, "no live rows from 16 ranks"
+
+        payload = run._results[0].data["hpclab"]  # what rank 0 published last
+        assert len(payload["rows"]) <= Publisher.ROWS_PER_MESSAGE
+        assert all(len(r["rank_samples_per_sec"]) == WORKERS for r in payload["rows"])
+        size = len(pickle.dumps(payload))
+        assert size < 64_000, f"one live message is {size} bytes"
+
+        t0 = time.perf_counter()
+        run.stop(timeout=30)
+        stop_s = time.perf_counter() - t0
+        assert run.status == "stopped", run.error
+        assert stop_s <= 2.0, f"16 ranks took {stop_s:.2f} s to stop together"
+        assert len(set(run.summary["weights_digest"])) == 1  # all 16 replicas agree
