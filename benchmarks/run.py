@@ -892,6 +892,8 @@ class Suite:
         by_model = {}
         for model in sorted({t["model"] for t in self.traces}):
             mine = [t for t in self.traces if t["model"] == model and t["run_on_lab"] > 0]
+            if not mine:
+                continue
             by_model[model] = {
                 k: bl.median([t[k] for t in mine])
                 for k in ("setup_s", "trace_s", "first_call_s", "compile_s")
@@ -902,7 +904,7 @@ class Suite:
             "metric": "compile_s = trace_s + (first_call_s - first-call steps x steady step "
             "time), per run; median over cnn1d runs after the first on each Lab",
             "runs_counted": len(later),
-            "compile_median_s": med,
+            **({"compile_median_s": med} if later else {}),
             "trace_median_s": bl.median([t["trace_s"] for t in later]),
             "first_call_median_s": bl.median([t["first_call_s"] for t in later]),
             "setup_median_s": bl.median([t["setup_s"] for t in later]),

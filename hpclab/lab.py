@@ -157,14 +157,21 @@ class Lab:
                 self.workers, timeout=self.start_timeout, interactive=False
             )
             phases["engines_s"] = time.perf_counter() - t0 - phases["controller_s"]
-        except (TimeoutError, ipp.error.TimeoutError) as exc:
+        except (TimeoutError, ipp.error.TimeoutError, ipp.error.EngineError) as exc:
             output = self.launcher_output()
             self.stop()
+            what = (
+                "stopped before they registered"
+                if isinstance(exc, ipp.error.EngineError)
+                else f"did not register within {self.start_timeout:g} s"
+            )
             raise LabError(
-                f"{self.workers} MPI engines did not register within "
-                f"{self.start_timeout:g} s ({exc}); check that `hpclab doctor` passes."
+                f"{self.workers} MPI engines {what} ({exc}); check that `hpclab doctor` passes."
                 + (f"\nmpiexec said:\n{output[-2000:]}" if output else "")
             ) from None
+        except BaseException:  # anything else (Ctrl-C included): leave nothing running
+            self.stop()
+            raise
         _stop_forgotten_labs_first()  # ipyparallel has registered its exit hook by now
         ids = sorted(self.client.ids)
         try:
@@ -261,10 +268,13 @@ class Lab:
                 f"run {self.current_run.run_id} is still running; call "
                 "run.stop() or run.wait() before starting another."
             )
+        cfg.global_batch(self.workers)  # validates workers against cfg (raises ConfigError)
+        paths.check_staged(cfg, self.data_dir)  # before any rank waits for another
+        wanted = (cfg.hvd_cycle_time_ms, cfg.hvd_fusion_mb)
         if self._lost is not None:
             log.warning("the previous engines were lost (%s); restarting them.", self._lost)
+            self._horovod = wanted  # one restart, with the settings this run asks for
             self.restart()
-        wanted = (cfg.hvd_cycle_time_ms, cfg.hvd_fusion_mb)
         if wanted != self._horovod and self._cluster is not None:
             # Horovod reads these once, at hvd.init(): other values need fresh engines.
             log.warning(
@@ -277,7 +287,6 @@ class Lab:
             self.restart()
         if self._cluster is None:
             raise LabError("this lab is stopped; call lab.start() or make a new Lab.")
-        cfg.global_batch(self.workers)  # validates workers against cfg (raises ConfigError)
         store = RunStore(self.runs_dir)
         store.create(
             {

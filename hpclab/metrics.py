@@ -28,19 +28,34 @@ class Throughput:
         return f"{self.mean:,.0f} ± {self.ci95:,.0f} samples/s (n={self.n})"
 
 
-def throughput_stats(values: Sequence[float], skip: int | float = 0.1) -> Throughput:
+def throughput_stats(
+    values: Sequence[float],
+    skip: int | float = 0.1,
+    weights: Sequence[float] | None = None,
+) -> Throughput:
     """Mean ± 1.96σ of per-interval throughputs after dropping the warm-up.
 
     `skip` is a count of leading intervals, or a fraction of them when < 1 (at least one interval
-    is always kept if any exist).
+    is always kept if any exist). `weights` (one per value, e.g. each interval's seconds) weight
+    the mean and σ; with durations as weights the mean is total samples over total seconds.
     """
-    vals = [float(v) for v in values if v is not None and math.isfinite(float(v))]
-    if not vals:
+    w_all = [1.0] * len(values) if weights is None else list(weights)
+    if len(w_all) != len(values):
+        raise ValueError(f"{len(values)} values but {len(w_all)} weights.")
+    pairs = [
+        (float(v), float(w))
+        for v, w in zip(values, w_all)
+        if v is not None and math.isfinite(float(v)) and w is not None and float(w) > 0
+    ]
+    if not pairs:
         return Throughput(float("nan"), float("nan"), 0)
-    k = int(len(vals) * skip) if isinstance(skip, float) and skip < 1 else int(skip)
-    k = min(k, len(vals) - 1)
-    kept = np.asarray(vals[k:])
-    return Throughput(float(kept.mean()), float(1.96 * kept.std()), int(kept.size))
+    k = int(len(pairs) * skip) if isinstance(skip, float) and skip < 1 else int(skip)
+    k = min(k, len(pairs) - 1)
+    kept = np.asarray([v for v, _ in pairs[k:]])
+    w = np.asarray([w for _, w in pairs[k:]])
+    mean = float(np.average(kept, weights=w))
+    std = float(np.sqrt(np.average((kept - mean) ** 2, weights=w)))
+    return Throughput(mean, 1.96 * std, int(kept.size))
 
 
 def efficiency(t_n: float | None, t_1: float | None, n: int) -> float:

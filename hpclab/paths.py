@@ -1,4 +1,4 @@
-"""Where hpclab keeps data and run records.
+"""Where hpclab keeps data and run records, and whether a staged dataset is there.
 
 A checkout (the workshop case) keeps both beside the code: `<checkout>/data` and `<checkout>/runs`,
 whatever folder the notebook runs from. `HPCLAB_DATA` / `HPCLAB_RUNS` override them (e.g. a
@@ -9,6 +9,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+from hpclab.catalog import STAGED_DATASETS
+
+if TYPE_CHECKING:
+    from hpclab.config import RunConfig
 
 _PACKAGE = Path(__file__).resolve().parent
 
@@ -36,3 +42,18 @@ def data_dir() -> Path:
 def runs_dir() -> Path:
     """Run records ($HPCLAB_RUNS, else <checkout>/runs)."""
     return _default("HPCLAB_RUNS", "runs")
+
+
+def check_staged(cfg: RunConfig, data_dir: Path | str) -> None:
+    """Raise FileNotFoundError (one sentence) if `cfg` reads a staged dataset that is missing.
+
+    Checked on the client before any rank starts: a rank that cannot find its data would leave
+    its peers waiting."""
+    if cfg.dataset in STAGED_DATASETS:
+        path = Path(data_dir) / f"{cfg.dataset}.npz"
+        if not path.exists():
+            raise FileNotFoundError(
+                f"dataset {cfg.dataset!r} is read from {path}, which does not exist; nothing is "
+                f"downloaded at run time, so stage {cfg.dataset}.npz there first (keys x_train, "
+                f"y_train, x_test, y_test; see data/README.md) or choose dataset 'mnist1d'."
+            )

@@ -29,9 +29,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hpclab.catalog import MAX_WORKERS, STAGED_DATASETS
+from hpclab.catalog import MAX_WORKERS
 from hpclab.config import RunConfig, field_names
 from hpclab.errors import ConfigError, RunFailed
+from hpclab.paths import check_staged
 from hpclab.runs import RunRecord, find_finished, load_run
 
 Progress = Callable[[int, int, RunConfig, int, str], None]
@@ -116,18 +117,6 @@ def expand_grid(cfg: RunConfig, **grid: list) -> list[tuple[RunConfig, int | Non
                 seen.add(key)
                 points.append((point, workers))
     return points
-
-
-def check_staged(cfg: RunConfig, data_dir: Path | str) -> None:
-    """Raise FileNotFoundError (one sentence) if `cfg` reads a staged dataset that is missing."""
-    if cfg.dataset in STAGED_DATASETS:
-        path = Path(data_dir) / f"{cfg.dataset}.npz"
-        if not path.exists():
-            raise FileNotFoundError(
-                f"dataset {cfg.dataset!r} is read from {path}, which does not exist; nothing is "
-                f"downloaded at run time, so stage {cfg.dataset}.npz there first (keys x_train, "
-                f"y_train, x_test, y_test) or choose --dataset mnist1d."
-            )
 
 
 def plan(

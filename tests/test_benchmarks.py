@@ -314,10 +314,27 @@ def test_build_table_other_sections():
     default = _row(rows, "cycle 0.1 ms (default): samples/s")
     assert default["value"] == "30,500 [30,000 – 31,000], 1.000"
     assert _row(rows, "cycle 5 ms: samples/s")["value"] == "3,000, 0.100"
-    idle = _row(rows, "idle engine CPU (fraction of a core per rank) by cycle time")
-    assert idle["value"] == "0.1 ms: 0.60, 1 ms: 0.15"
+    idle = _row(rows, "idle engine CPU by cycle time")
+    assert idle["value"] == "0.1 ms: 0.60 (sum 1.20), 1 ms: 0.15 (sum 0.30)"
     assert _row(rows, "E = T2")["value"] == "0.950" and _row(rows, "E = T2")["verdict"] == "PASS"
     assert _row(rows, "E of each pair")["value"] == "0.95, 0.80, 0.97"
+
+
+def test_build_table_trace_by_model_and_without_cnn1d_runs():
+    trace = {
+        "goal": 2.0,
+        "runs_counted": 0,
+        "first_run_on_lab_compile_median_s": 12.0,
+        "by_model_after_first": {
+            "resnet50": {"trace_s": 6.5, "first_call_s": 9.25, "compile_s": 15.75},
+        },
+    }
+    rows = bl.build_table({"trace": trace})
+    # no cnn1d run after the first on a Lab: no goal row, rather than an "n/a" verdict
+    assert not [r for r in rows if r["verdict"]]
+    res = _row(rows, "resnet50, runs after the first on a Lab")
+    assert res["value"] == "15.75 s (6.50 s + 9.25 s)"
+    assert _row(rows, "first run on a fresh Lab")["value"] == "12.00 s"
 
 
 def test_build_table_resnet50_side_by_side():

@@ -303,6 +303,29 @@ def test_threads_per_worker_split_scaling_series(tmp_path):
     assert {weak[1]["name"], weak[4]["name"]} <= names
 
 
+@pytest.mark.parametrize(
+    "field,values",
+    [("hvd_cycle_time_ms", (0.1, 1.0)), ("grad_allreduce", ("grouped", "per_tensor"))],
+)
+def test_engine_settings_split_scaling_series(tmp_path, field, values):
+    # Horovod's cycle time or the allreduce mode change throughput: never one averaged series.
+    paths = [
+        write_run(
+            tmp_path,
+            num_samples=SAMPLES,
+            batch_per_worker=64,
+            workers=n,
+            val_accs=[0.5],
+            samples_per_sec=1000.0 * n * (i + 1),
+            **{field: v},
+        )  # fmt: skip
+        for i, v in enumerate(values)
+        for n in (1, 2)
+    ]
+    weak = [s for s in scaling_series(paths) if s["kind"] == "weak"]
+    assert len(weak) == 2 and sorted(len(s["throughput"]) for s in weak) == [2, 2]
+
+
 def test_comparison_module_keeps_the_chart_names_notebooks_import():
     from hpclab.views import batch_charts, comparison, scaling_charts
 

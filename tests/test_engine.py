@@ -50,6 +50,9 @@ def test_default_run_learns_and_ranks_agree(lab):
     assert summary["weights_digest"][0] == summary["weights_digest"][1]
     assert summary["world_size"] == 2 and summary["global_batch"] == 128
     assert summary["lr"] == pytest.approx(0.05 * 128 / 64)
+    # The optimizer itself took every step and ended on the table's last LR.
+    assert summary["optimizer_steps"] == summary["steps"] == cfg.total_steps(2)
+    assert summary["optimizer_last_lr"] == pytest.approx(cfg.lr_at(summary["steps"] - 1, 2))
     assert summary["samples_per_sec"] > 0 and len(summary["rank_samples_per_sec"]) == 2
     assert math.isfinite(summary["noise_scale"])
     assert list(run.epochs["epoch"]) == [1, 2, 3, 4, 5, 6]
@@ -79,6 +82,7 @@ def test_scaled_lr_is_what_the_ranks_use(lab, rule, expected):
     )
     summary = lab.run(cfg).wait(timeout=300)
     assert summary["lr"] == pytest.approx(expected)
+    assert summary["optimizer_last_lr"] == pytest.approx(expected, rel=1e-6)  # what it applied
     assert load_run(summary and lab.current_run.path).history["lr"].iloc[-1] == pytest.approx(
         expected, rel=1e-6
     )
@@ -98,6 +102,21 @@ def test_mixed_float16_with_loss_scaling_and_fp16_allreduce(lab):
     run.wait(timeout=300)
     assert run.status == "finished"
     assert run.summary["weights_digest"][0] == run.summary["weights_digest"][1]
+    # It learned: steps skipped by the loss scaler would leave it at chance (0.1).
+    assert run.summary["val_accuracy"] > 0.3
+    # The loss-scale optimizer counts the steps it skips too: the LR table stays aligned.
+    assert run.summary["optimizer_steps"] == run.summary["steps"]
+
+
+@pytest.mark.parametrize("change", [{"grad_allreduce": "per_tensor"}, {"xla": True}])
+def test_per_tensor_allreduce_and_xla_train_the_same_model(lab, change):
+    # Same data, seed and updates: the replicas agree, and the result matches the default path to
+    # float tolerance in accuracy (XLA may fuse differently, so not bit for bit).
+    base = lab.run(RunConfig(**SMALL)).wait(timeout=300)
+    other = lab.run(RunConfig(**SMALL, **change)).wait(timeout=300)
+    assert other["status"] == "finished"
+    assert other["weights_digest"][0] == other["weights_digest"][1]
+    assert other["val_accuracy"] == pytest.approx(base["val_accuracy"], abs=0.02)
 
 
 def test_lars_and_lamb_train(lab):

@@ -65,10 +65,6 @@ def test_slurm_is_refused_with_a_sentence_until_it_is_supported():
     assert "Slurm support is tracked" in message and "launcher='slurm'" in message
 
 
-def test_run_and_wait_is_gone():
-    assert not hasattr(Lab, "run_and_wait")  # Lab.run(cfg).wait() is the one way
-
-
 # -- the run handle's monitor thread logs, it never prints -----------------------------------------
 
 
@@ -177,6 +173,42 @@ def test_start_and_stop_by_pid(tmp_path):
     lab.stop()  # stopping twice is fine
     with pytest.raises(LabError, match="this lab is stopped"):
         lab.run(RunConfig(num_samples=4000, epochs=1))
+
+
+HOROVOD_KEYS = ("HOROVOD_CYCLE_TIME", "HOROVOD_FUSION_THRESHOLD")
+
+
+@pytest.mark.mpi
+def test_horovod_settings_reach_the_engines_and_a_change_restarts_them(tmp_path, caplog):
+    def horovod_env():  # read on the engine itself (os.getenv travels by reference)
+        return [
+            tuple(lab.client[e].apply_sync(os.getenv, key) for key in HOROVOD_KEYS)
+            for e in lab.client.ids
+        ]
+
+    default = RunConfig()
+    with Lab(workers=1, runs_dir=tmp_path, verbose=False) as lab:
+        assert horovod_env() == [
+            (f"{default.hvd_cycle_time_ms:g}", str(int(default.hvd_fusion_mb * 2**20)))
+        ]
+        assert set(lab.startup_phases) == {
+            "controller_s", "engines_s", "tf_import_s", "horovod_init_s", "total_s"
+        }  # fmt: skip
+        before = rank_pids(lab)
+        cfg = RunConfig(num_samples=4000, max_steps=4, hvd_cycle_time_ms=2.0, hvd_fusion_mb=0.0)
+        with caplog.at_level(logging.WARNING, logger="hpclab.lab"):
+            run = lab.run(cfg)
+            run.wait(timeout=300)
+        assert "restarting the engines for Horovod cycle time 2 ms" in caplog.text
+        assert rank_pids(lab) != before and wait_gone(before) == []
+        assert horovod_env() == [("2", "0")]
+        meta = json.loads((run.path / "config.json").read_text())
+        assert meta["lab"]["horovod_env"] == {
+            "HOROVOD_CYCLE_TIME": "2", "HOROVOD_FUSION_THRESHOLD": "0"
+        }  # fmt: skip
+        pids = rank_pids(lab)
+        lab.run(cfg.replace(seed=1)).wait(timeout=300)  # same settings: no restart
+        assert rank_pids(lab) == pids
 
 
 @pytest.mark.mpi

@@ -43,3 +43,5 @@ def test_sixteen_engines_start_train_publish_and_stop_within_two_seconds(tmp_pat
         assert run.status == "stopped", run.error
         assert stop_s <= 2.0, f"16 ranks took {stop_s:.2f} s to stop together"
         assert len(set(run.summary["weights_digest"])) == 1  # all 16 replicas agree
+        phases = ", ".join(f"{k} {v:.1f}" for k, v in lab.startup_phases.items())
+        print(f"\n[scale] 16 engines: start {phases}; message {size} B; stop {stop_s:.2f} s")

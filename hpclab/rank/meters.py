@@ -34,7 +34,7 @@ REDUCED = (
     "next_steps",  # rank 0's step count for the next call
 )
 R = {name: i for i, name in enumerate(REDUCED)}
-DECISIONS = ("stop", "publish", "next_steps")  # what the host passes into a call
+DECISIONS = ("stop", "publish", "next_steps")  # rank 0's, passed into a call; REDUCED's tail
 
 # Each rank's own timings since the previous publish, gathered on publish calls.
 DETAIL = (
@@ -78,7 +78,7 @@ class WindowMeter:
         busy = detail[:, D["call_s"]] + detail[:, D["host_s"]]
         rank_sps = [float(s / t) if t > 0 else None for s, t in zip(detail[:, D["samples"]], busy)]
         rank_steps = max(float(detail[:, D["steps"]].sum()), 1.0)
-        sampled = max(w[R["noise_samples"]], 1.0)
+        sampled = w[R["noise_samples"]]
         row = {
             "step": step,
             "epoch": step / self.steps_per_epoch,
@@ -91,8 +91,9 @@ class WindowMeter:
             "rank_samples_per_sec": rank_sps,
             "input_ms": float(1000 * detail[:, D["host_s"]].sum() / rank_steps),
             "compute_ms": float(1000 * detail[:, D["call_s"]].sum() / rank_steps),
-            "grad_norm_small_sq": float(w[R["small_sq"]] / sampled),
-            "grad_norm_big_sq": float(w[R["big_sq"]] / sampled),
+            # NaN where no step was sampled (one rank, or noise_scale off): not a zero norm
+            "grad_norm_small_sq": float(w[R["small_sq"]] / sampled) if sampled else float("nan"),
+            "grad_norm_big_sq": float(w[R["big_sq"]] / sampled) if sampled else float("nan"),
             "noise_scale": noise.value if noise is not None else float("nan"),
         }
         self.reset()
@@ -159,6 +160,7 @@ class ThroughputLog:
 
     def __init__(self):
         self.global_rates: list[float] = []
+        self.seconds: list[float] = []
         self.rank_rates: list[list[float]] = []
 
     def add_call(self, samples: float, seconds: float) -> None:
@@ -166,15 +168,19 @@ class ThroughputLog:
         next's (ranks run in lockstep, so any rank's clock times the whole world's call)."""
         if seconds > 0:
             self.global_rates.append(samples / seconds)
+            self.seconds.append(seconds)
 
     def add_window(self, rank_samples_per_sec: list[float | None]) -> None:
         if all(r is not None for r in rank_samples_per_sec):
             self.rank_rates.append(list(rank_samples_per_sec))
 
     def summary(self) -> dict:
-        """Mean ± 1.96σ after skipping the warm-up (max(3, 10 %) calls; 1 window per rank)."""
+        """Mean ± 1.96σ after skipping the warm-up (max(3, 10 %) calls; 1 window per rank).
+
+        Calls differ in length (auto-sizing, epoch ends), so each call's rate is weighted by its
+        duration: the mean is then all samples over all seconds of the kept calls."""
         skip = max(3, int(0.1 * len(self.global_rates)))
-        stats = throughput_stats(self.global_rates, skip=skip)
+        stats = throughput_stats(self.global_rates, skip=skip, weights=self.seconds)
         per_rank = [throughput_stats(col, skip=1).mean for col in np.array(self.rank_rates).T]
         return {
             "samples_per_sec": stats.mean,
@@ -230,12 +236,38 @@ class Publisher:
             self.last = now
 
 
-def next_call_steps(steps: int, seconds: float, *, target_s: float, fixed: int, limit: int) -> int:
-    """Steps for the next compiled call: ``fixed`` if set, else scaled so a call lasts about
-    ``target_s`` (at most ×2 per call, so one slow call cannot swing it), within 1..``limit``."""
-    if fixed:
-        return fixed
-    if seconds <= 0:
-        return max(1, min(limit, steps * 2))
-    wanted = steps * target_s / seconds
-    return int(max(1, min(limit, steps * 2, round(wanted))))
+class CallSizer:
+    """Rank 0's choice of steps per compiled call: about ``target_s`` seconds a call.
+
+    Sized from a running estimate of seconds per step (the first call, which also lets TensorFlow
+    optimise the graph, is not counted), growing at most twofold from one plan to the next, so
+    one slow call cannot swing it and a short epoch-end call does not restart the ramp.
+    ``fixed`` (RunConfig.steps_per_call > 0) turns sizing off.
+    """
+
+    def __init__(self, *, first: int, fixed: int, target_s: float, limit: int):
+        self.first, self.fixed, self.target_s, self.limit = first, fixed, target_s, limit
+        self.planned = first
+        self.seconds_per_step: float | None = None
+        self.calls = 0
+
+    def observe(self, steps: int, seconds: float) -> None:
+        self.calls += 1
+        if self.calls == 1 or steps <= 0 or seconds <= 0:
+            return
+        per_step = seconds / steps
+        if self.seconds_per_step is None:
+            self.seconds_per_step = per_step
+        else:  # weight by steps: long calls measure the per-step time best
+            w = min(1.0, steps / max(self.planned, 1))
+            self.seconds_per_step += 0.5 * w * (per_step - self.seconds_per_step)
+
+    def plan(self) -> int:
+        if self.fixed:
+            return self.fixed
+        if self.seconds_per_step is None:
+            wanted = self.planned  # no timing yet: no growth (a big model's step can take seconds)
+        else:
+            wanted = self.target_s / self.seconds_per_step
+        self.planned = int(max(1, min(self.limit, self.planned * 2, round(wanted))))
+        return self.planned

@@ -34,7 +34,7 @@ import itertools
 
 import tensorflow as tf
 
-MODELS = ("mlp", "cnn1d", "resnet20", "resnet50")
+from hpclab.catalog import MODELS
 
 layers = tf.keras.layers
 

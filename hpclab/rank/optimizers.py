@@ -39,12 +39,11 @@ import numpy as np
 import tensorflow as tf
 
 from hpclab import scaling
+from hpclab.catalog import PRECISIONS
 
 # Variables whose name contains one of these substrings skip weight decay and the trust ratio
 # (Model Garden / SimCLR convention: biases and batch-norm parameters).
 DEFAULT_EXCLUDE = ("bias", "batch_normalization", "bn", "beta", "gamma")
-
-PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
 
 
 def _matches(name: str, patterns: Sequence[str]) -> bool:

@@ -4,9 +4,10 @@ Speed (hpclab issue 10): per-call Python overhead, not arithmetic, dominates the
 models, so the hot path is one ``tf.function`` per call that runs a *tensor* number of optimizer
 steps in a ``tf.while_loop`` — traced once per run, whatever the step count — over batches cut
 inside the graph from the rank's resident shard (:mod:`hpclab.rank.feed`). Calls are sized to last
-~0.15 s (``steps_per_call=0``), so a stop or a live row is never more than a call away. With one
-rank there is no collective at all; with several, each step has its gradient allreduce and each
-call ends with one small allreduce of the telemetry and rank 0's decisions (:mod:`.meters`).
+~0.15 s (``steps_per_call=0``), so a stop or a live row is never more than two calls away (rank
+0 decides before a call; every rank acts after it). With one rank there is no collective at all;
+with several, each step has its gradient allreduce and each call ends with one small allreduce
+of the telemetry and rank 0's decisions (:mod:`.meters`).
 
 Stopping is collective: a rank that left the loop alone would leave its peers blocked in the next
 allreduce. Only rank 0 looks for the run's STOP file (once a call, not a metadata storm on a
@@ -24,15 +25,16 @@ from hpclab.catalog import MAX_STEPS_PER_CALL
 from hpclab.config import RunConfig
 from hpclab.metrics import NoiseScale
 from hpclab.rank.meters import (
+    DECISIONS,
     DETAIL,
     REDUCED,
+    CallSizer,
     EpochMeter,
     Publisher,
     R,
     RankClock,
     ThroughputLog,
     WindowMeter,
-    next_call_steps,
 )
 
 CALL_TARGET_S = 0.15  # auto-sized calls last about this long
@@ -67,7 +69,7 @@ class Trainer:
         self._build_data()
 
         self.model = models.build_model(cfg.model, self.input_shape, self.num_classes, cfg.seed)
-        schedule = optimizers.TableSchedule.for_run(self.cfg_dict, self.world)
+        schedule = self.schedule = optimizers.TableSchedule.for_run(self.cfg_dict, self.world)
         self.lr_table = schedule.table  # the same numbers as RunConfig.lr_at(step, world)
         self.optimizer = optimizers.build_optimizer(self.cfg_dict, schedule)
         self.loss_scaled = cfg.precision == "mixed_float16"
@@ -87,7 +89,7 @@ class Trainer:
         scalar = tf.TensorSpec([], tf.int32)
         self.train_call = tf.function(
             self._train_call,
-            input_signature=[scalar, scalar, scalar, tf.TensorSpec([3], tf.float64)],
+            input_signature=[scalar, scalar, scalar, tf.TensorSpec([len(DECISIONS)], tf.float64)],
         )
         x_spec = tf.TensorSpec([None, *self.input_shape], tf.float32)
         self.eval_call = tf.function(
@@ -98,10 +100,18 @@ class Trainer:
         from hpclab.rank import data, feed
 
         cfg = self.cfg
-        # Data: rank 0 generates/caches first so ranks never race on the cache file.
+        # Data: rank 0 generates/caches first so ranks never race on the cache file. If rank 0
+        # fails, the barrier tells every rank, so all raise together and the engines stay usable.
+        failure = None
         if self.rank == 0:
-            arrays = data.load_arrays(self.cfg_dict, self.data_dir)
-        self._barrier()  # Horovod: wait for rank 0's cache
+            try:
+                arrays = data.load_arrays(self.cfg_dict, self.data_dir)
+            except (OSError, ValueError, KeyError) as exc:
+                failure = exc
+        if self._barrier(failed=failure is not None):  # Horovod: wait for rank 0's cache
+            if failure is not None:
+                raise failure
+            raise RuntimeError("rank 0 could not load the data set; its error names the cause")
         if self.rank != 0:
             arrays = data.load_arrays(self.cfg_dict, self.data_dir)
         self.num_classes, self.input_shape = arrays.num_classes, arrays.input_shape
@@ -117,12 +127,22 @@ class Trainer:
         # own shard of the validation set.
         x, y = data.shard(arrays.x_train, arrays.y_train, self.rank, self.world)
         self.feed = feed.ResidentShard(x, y, batch=B, seed=cfg.seed, rank=self.rank)
+        if self.feed.steps_per_epoch < self.steps_per_epoch:
+            raise ValueError(
+                f"{cfg.dataset}: this rank holds {len(x)} training samples, enough for "
+                f"{self.feed.steps_per_epoch} steps of batch {B}, but an epoch of the catalogue's "
+                f"{cfg.train_size()} samples needs {self.steps_per_epoch}; the staged file is "
+                "smaller than the data set it names: stage the full set, or choose another."
+            )
         xv, yv = data.shard(arrays.x_val, arrays.y_val, self.rank, self.world)
         self.val = (self.tf.constant(xv), self.tf.constant(yv))
 
-    def _barrier(self) -> None:
+    def _barrier(self, failed: bool = False) -> bool:
+        """Horovod: wait for every rank; True if any rank reports a failure."""
+        flag = self.tf.constant(1.0 if failed else 0.0)
         if self.world > 1:
-            self.hvd.allreduce(self.tf.constant(0.0), op=self.hvd.Sum, name="hpclab_barrier")
+            flag = self.hvd.allreduce(flag, op=self.hvd.Sum, name="hpclab_barrier")
+        return float(flag) > 0
 
     # -- compiled pieces ------------------------------------------------------------------
     def _loss_and_grads(self, x, y):
@@ -185,13 +205,18 @@ class Trainer:
         _, sums = tf.while_loop(
             lambda i, _: i < steps, body, (tf.constant(0), tf.zeros(4)), parallel_iterations=1
         )
-        count = tf.cast(steps * self.cfg.batch_per_worker, tf.float32)
-        sampled = 1.0 if self.track_noise else 0.0
-        nonfinite = 1.0 - tf.cast(tf.math.is_finite(sums[0]), tf.float32)
-        # Order: meters.REDUCED.
-        mine = tf.concat(
-            [sums[:2], [count], sums[2:], [sampled, nonfinite], tf.cast(decisions, tf.float32)], 0
-        )
+        decided = tf.cast(decisions, tf.float32)
+        entries = {  # this rank's share of meters.REDUCED, by name
+            "loss_sum": sums[0],
+            "correct": sums[1],
+            "count": tf.cast(steps * self.cfg.batch_per_worker, tf.float32),
+            "small_sq": sums[2],
+            "big_sq": sums[3],
+            "noise_samples": tf.constant(1.0 if self.track_noise else 0.0),
+            "nonfinite": 1.0 - tf.cast(tf.math.is_finite(sums[0]), tf.float32),
+            **{name: decided[i] for i, name in enumerate(DECISIONS)},
+        }
+        mine = tf.stack([entries[name] for name in REDUCED])
         if self.world == 1:
             return mine
         # Horovod: one small allreduce a call: every rank learns the sums and rank 0's decisions.
@@ -239,14 +264,22 @@ class Trainer:
         epochs = EpochMeter(B, world)
         rates = ThroughputLog()
         clock = RankClock(B)
-        feed = Publisher(publish_data if self.rank == 0 else None, cfg.publish_every_s, 0)
-        feed.total_steps, feed.epochs = self.total_steps, epochs.rows
+        feed = Publisher(
+            publish_data if self.rank == 0 else None, cfg.publish_every_s, self.total_steps
+        )
+        feed.epochs = epochs.rows
+        sizer = CallSizer(
+            first=cfg.steps_per_call or FIRST_CALL_STEPS,
+            fixed=cfg.steps_per_call,
+            target_s=CALL_TARGET_S,
+            limit=MAX_STEPS_PER_CALL,
+        )
         step, status, error = 0, "finished", None
         # Rank 0 decides (stop, publish, next_steps) before each call; the call's allreduce tells
         # every rank, so all act on the same decisions after the same step. next_steps sizes the
         # call after the one that carries it (rank 0 needs one timed call to size the next).
-        k_plan = cfg.steps_per_call or FIRST_CALL_STEPS
-        decisions = self._decide(k_plan, 0.0, feed)
+        k_plan = sizer.first
+        decisions = self._decide(sizer, feed)
 
         t_start = t_prev = time.perf_counter()
         feed.publish("running", step)  # tells the client the ranks reached the loop
@@ -274,8 +307,8 @@ class Trainer:
                     f"the loss became NaN or infinite at step {step} "
                     f"(lr {self._lr(step):.4g}); lower base_lr, add warm-up, or use LARS"
                 )
-            elif reduced[R["stop"]] > 0:
-                status = "stopped"
+            elif reduced[R["stop"]] > 0 and step < self.total_steps:
+                status = "stopped"  # (a stop that lands in the last call finds the run done)
             epoch_end = step % spe == 0 or step >= self.total_steps
             if reduced[R["publish"]] > 0 or epoch_end or status != "finished":
                 detail = self._gather_detail(clock.take())  # every rank, same calls
@@ -297,24 +330,25 @@ class Trainer:
             if reduced[R["publish"]] > 0 or epoch_end:
                 feed.publish("running", step, time.perf_counter())
             k_plan = max(1, int(reduced[R["next_steps"]]))
-            decisions = self._decide(k, t1 - t0, feed)
+            sizer.observe(k, t1 - t0)
+            decisions = self._decide(sizer, feed)
         train_time = time.perf_counter() - t_start
         feed.publish(status, step, time.perf_counter())  # final rows; every rank left the loop
         summary = self._summary(status, error, step, epochs, rates, noise, feed, train_time, wall0)
         return {**summary, **timing}
 
-    def _decide(self, steps: int, call_s: float, feed: Publisher):
-        """Rank 0's decisions for the next call (the others contribute zeros to the sums)."""
-        out = self.np.zeros(3)
+    def _decide(self, sizer: CallSizer, feed: Publisher):
+        """Rank 0's decisions (meters.DECISIONS); the other ranks contribute zeros to the sums."""
+        out = self.np.zeros(len(DECISIONS))
         if self.rank != 0:
             return out
-        now = time.perf_counter()
-        out[0] = 1.0 if self.stop_file.exists() else 0.0
-        out[1] = 1.0 if feed.due(now) else 0.0
-        limit = MAX_STEPS_PER_CALL
-        out[2] = next_call_steps(
-            steps, call_s, target_s=CALL_TARGET_S, fixed=self.cfg.steps_per_call, limit=limit
-        )
+        decided = {
+            "stop": 1.0 if self.stop_file.exists() else 0.0,  # only rank 0 touches the file
+            "publish": 1.0 if feed.due(time.perf_counter()) else 0.0,
+            "next_steps": sizer.plan(),
+        }
+        for i, name in enumerate(DECISIONS):
+            out[i] = decided[name]
         return out
 
     def _summary(self, status, error, step, epochs, rates, noise, feed, train_time, wall0):
@@ -336,6 +370,9 @@ class Trainer:
             **rates.summary(),
             "noise_scale": noise.value if noise is not None else None,
             "weights_digest": self.digest(),
+            # what the optimizer itself counted and used last (tests check them against steps)
+            "optimizer_steps": int(self.optimizer.iterations.numpy()),
+            "optimizer_last_lr": float(self.schedule(self.optimizer.iterations - 1)),
             "train_time_s": train_time,
             "wall_time_s": time.time() - wall0,
         }

@@ -29,6 +29,7 @@ CHOICES = {
     "lr_scaling": catalog.LR_SCALINGS,
     "lr_schedule": catalog.LR_SCHEDULES,
     "precision": catalog.PRECISIONS,
+    "grad_allreduce": catalog.GRAD_ALLREDUCES,
 }
 
 _TRUE = ("1", "true", "yes", "on")

@@ -29,10 +29,17 @@ _THROUGHPUT_KEYS = (
     "dataset",
     "model",
     "image_shape",
+    "synthetic_classes",
     "precision",
     "fp16_allreduce",
     "steps_per_call",
     "optimizer",
+    "xla",
+    "grad_allreduce",
+    "hvd_cycle_time_ms",
+    "hvd_fusion_mb",
+    "publish_every_s",
+    "noise_scale",
 )
 
 
