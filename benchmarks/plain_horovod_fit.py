@@ -13,9 +13,10 @@ compared with the hpclab engine one for one:
 
 Throughput is measured the Horovod-benchmark way, with the same estimator the engine uses: a Keras
 callback stamps the end of every batch; rates are taken over windows of `--interval` batches
-(default 8 = the engine's `steps_per_call`) inside an epoch, the first max(3, 10 %) windows are
-dropped as warm-up, and each window's rates are summed over ranks (= per rank x size), then
-mean ± 1.96 σ. It also reports the all-in wall rate of every epoch after the first.
+(default 8, the hand-written loop's steps per call) inside an epoch, the first max(3, 10 %)
+windows are dropped as warm-up, each window's rates are summed over ranks (= per rank x size),
+then mean ± 1.96 σ weighted by the windows' seconds (all samples over all seconds of the kept
+windows, as the engine's). It also reports the all-in wall rate of every epoch after the first.
 
 Launch:  .venv/bin/mpiexec -n 2 .venv/bin/python benchmarks/plain_horovod_fit.py --batch 64
 Rank 0 prints one JSON line (prefixed by nothing, starting with '{"benchmark"') at the end.
@@ -152,14 +153,19 @@ def main(argv=None) -> None:
     train_time = time.perf_counter() - t_fit
 
     # --- throughput: the engine's estimator (per-window rates summed over ranks) ------------------
-    rates = np.asarray(timer.window_rates(args.batch, args.interval), dtype=np.float64)
+    secs = np.asarray(timer.window_seconds(args.interval), dtype=np.float64)
+    rates = args.interval * args.batch / secs
     # Horovod: every rank ran the same steps, so every rank has the same number of windows.
     all_rates = hvd_tf.allgather(tf.constant(rates[None, :])).numpy()  # [size, windows]
-    global_rates = all_rates.sum(axis=0)
+    all_secs = hvd_tf.allgather(tf.constant(secs[None, :])).numpy()
+    global_rates, weights = all_rates.sum(axis=0), all_secs.mean(axis=0)
     skip = max(3, int(0.1 * len(global_rates)))
-    stats = throughput_stats(global_rates, skip=skip)
-    rank_means = [throughput_stats(r, skip=skip).mean for r in all_rates]
-    per_rank = throughput_stats(rates, skip=skip)
+    # time-weighted like the engine's: the mean is all samples over all seconds of the kept windows
+    stats = throughput_stats(global_rates, skip=skip, weights=weights)
+    rank_means = [
+        throughput_stats(r, skip=skip, weights=w).mean for r, w in zip(all_rates, all_secs)
+    ]
+    per_rank = throughput_stats(rates, skip=skip, weights=secs)
     epoch_rates = [args.batch * steps_per_epoch * size / dt for dt in timer.epoch_seconds()]
     # Horovod: the mean over ranks of the wall rate, so every rank agrees on one figure.
     epoch_rates = (
@@ -230,12 +236,12 @@ class _BatchTimer:
                 self.ends.append(time.perf_counter())
                 self.cpu_end.append(time.process_time())
 
-            def window_rates(self, batch: int, interval: int) -> list[float]:
-                """Samples/s over consecutive windows of `interval` batches within each epoch."""
+            def window_seconds(self, interval: int) -> list[float]:
+                """Seconds of consecutive windows of `interval` batches within each epoch."""
                 out = []
                 for stamps in self.epochs:
                     for i in range(0, len(stamps) - interval, interval):
-                        out.append(interval * batch / (stamps[i + interval] - stamps[i]))
+                        out.append(stamps[i + interval] - stamps[i])
                 return out
 
             def epoch_cpu_seconds(self) -> list[float]:

@@ -14,7 +14,8 @@ own ceiling for hpclab's engine (arm C of `make bench`), on the same problem:
 
 Throughput uses the estimator of plain_horovod_fit.py and of the engine: every call of K steps is
 one window (time from the previous call's end, so host time between calls counts), the first
-max(3, 10 %) windows are dropped, each window's rates are summed over ranks, mean ± 1.96 σ.
+max(3, 10 %) windows are dropped, each window's rates are summed over ranks, mean ± 1.96 σ
+weighted by the windows' seconds (all samples over all seconds, as the engine's).
 
 Launch:  .venv/bin/mpiexec -n 2 .venv/bin/python benchmarks/plain_horovod_loop.py
 Rank 0 prints one JSON line starting with '{"benchmark"' at the end (plain_horovod_fit.py's
@@ -124,7 +125,7 @@ def main(argv=None) -> None:
     first_call_s = time.perf_counter() - t0
     done_in_epoch0 = 1  # the first step counts towards epoch 1
 
-    rates, epoch_s, cpu_s = [], [], []
+    secs, epoch_s, cpu_s = [], [], []
     t_fit = time.perf_counter()
     for epoch in range(args.epochs):
         cpu0, t_epoch = time.process_time(), time.perf_counter()
@@ -135,20 +136,25 @@ def main(argv=None) -> None:
             train_steps(batches, tf.constant(k)).numpy()  # .numpy() syncs
             now = time.perf_counter()
             if k == k_full:
-                rates.append(k * args.batch / (now - t_prev))
+                secs.append(now - t_prev)
             t_prev = now
             left -= k
         epoch_s.append(time.perf_counter() - t_epoch)
         cpu_s.append(time.process_time() - cpu0)
     train_time = time.perf_counter() - t_fit
 
-    rates = np.asarray(rates, dtype=np.float64)
+    secs = np.asarray(secs, dtype=np.float64)
+    rates = k_full * args.batch / secs
     # Horovod: every rank ran the same calls, so every rank has the same number of windows.
     all_rates = hvd.allgather(tf.constant(rates[None, :])).numpy()  # [size, windows]
-    global_rates = all_rates.sum(axis=0)
+    all_secs = hvd.allgather(tf.constant(secs[None, :])).numpy()
+    global_rates, weights = all_rates.sum(axis=0), all_secs.mean(axis=0)
     skip = max(3, int(0.1 * len(global_rates)))
-    stats = throughput_stats(global_rates, skip=skip)
-    rank_means = [throughput_stats(r, skip=skip).mean for r in all_rates]
+    # time-weighted like the engine's: the mean is all samples over all seconds of the kept windows
+    stats = throughput_stats(global_rates, skip=skip, weights=weights)
+    rank_means = [
+        throughput_stats(r, skip=skip, weights=w).mean for r, w in zip(all_rates, all_secs)
+    ]
     epoch_rates = [args.batch * steps_per_epoch * size / s for s in epoch_s]
     epoch_rates = (
         hvd.allreduce(tf.constant(epoch_rates, dtype=tf.float64), op=hvd.Average).numpy().tolist()

@@ -32,7 +32,7 @@ results["trace"] reports the median over the cnn1d runs after the first on each 
 The load (loadavg, machine CPU busy, steal) during each section goes to results["noise"].
 
 Usage:  .venv/bin/python benchmarks/run.py [--quick] [--only start,ab] [--out PATH]
-Full run ~30 min on 2 cores; --quick ~8 min (fewer repeats, shorter runs; default output
+Full run ~35 min on 2 cores; --quick ~15 min (fewer repeats, shorter runs; default output
 benchmarks/results-quick.json so it never overwrites the full results).
 """
 
@@ -395,6 +395,7 @@ class Suite:
         self.runs_on: dict[tuple, int] = {}  # engine runs so far on each set of engine processes
         self.traces: list[dict] = []  # trace/compile figures of every engine run
         self.other_startups: list[float] = []
+        self.lab_failures: list[str] = []  # Lab starts that failed and were retried
         self.engine_versions: dict | None = None
         self.section = ""
         self.warm_cfg = None  # run first on a fresh (or restarted) Lab: one-time costs
@@ -402,11 +403,21 @@ class Suite:
     # -- labs ---------------------------------------------------------------------------------
     def lab(self, workers: int):
         from hpclab import Lab
+        from hpclab.errors import LabError
 
         if workers not in self.labs:
             if self.exclusive:
                 self.release()
-            lab = Lab(workers=workers, threads_per_worker=1, runs_dir=self.runs_dir, verbose=False)
+            try:
+                lab = Lab(
+                    workers=workers, threads_per_worker=1, runs_dir=self.runs_dir, verbose=False
+                )
+            except LabError as exc:  # seen once: engines that never registered; retry once
+                self.lab_failures.append(f"{self.section}: {str(exc)[:300]}")
+                self.log(f"  Lab(workers={workers}) failed to start ({str(exc)[:120]}); retrying")
+                lab = Lab(
+                    workers=workers, threads_per_worker=1, runs_dir=self.runs_dir, verbose=False
+                )
             self.labs[workers] = lab
             self.lab_env[workers] = None
             self.other_startups.append(lab.startup_s)
@@ -969,7 +980,7 @@ def goals_summary(results: dict) -> list[dict]:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description="hpclab benchmark suite")
-    p.add_argument("--quick", action="store_true", help="~8 min: fewer repeats, shorter runs")
+    p.add_argument("--quick", action="store_true", help="~15 min: fewer repeats, shorter runs")
     p.add_argument(
         "--only", default=",".join(SECTIONS), help=f"comma-separated subset of {','.join(SECTIONS)}"
     )
@@ -1053,6 +1064,7 @@ def main(argv=None) -> int:
     if suite.engine_versions:
         results["versions"]["engine"] = suite.engine_versions
     results["other_lab_startups_s"] = suite.other_startups
+    results["lab_start_failures"] = suite.lab_failures
     results["quiet_waits"] = suite.quiet
     results["duration_s"] = round(time.perf_counter() - t0, 1)
     results["goals"] = goals_summary(results)

@@ -143,7 +143,8 @@ class Lab:
             config=config,
             engine_timeout=int(self.start_timeout),
             log_level=logging.ERROR,  # our own errors say what to do
-            delay=0,  # engines wait for the controller's connection file themselves (10 s)
+            delay=0,  # engines get the connection info from the controller, no wait needed
+            controller_args=[f"--ping={HEARTBEAT_MS}"],
         )
         self._cluster = cluster
         phases = {}
@@ -349,6 +350,11 @@ class Lab:
         from hpclab.views.panel import Panel
 
         return Panel(self, **kwargs).widget
+
+
+# The controller's heartbeat (ipyparallel's HeartMonitor.period, 3000 ms by default): a new engine
+# is ready at the first beat after it registers, and one that misses 10 beats is declared dead.
+HEARTBEAT_MS = 1000
 
 
 def horovod_env(cycle_time_ms: float, fusion_mb: float) -> dict[str, str]:
