@@ -344,34 +344,18 @@ def script_run(script: Path, ranks: int, args: list, horovod: dict | None) -> di
     return result
 
 
+def _script_args(epochs: int, batch: int, num_samples: int, *extra) -> list:
+    """The flags B and C share (same data, batch, epochs, one thread per rank), then their own."""
+    common = ["--batch", batch, "--epochs", epochs, "--num-samples", num_samples, "--threads", 1]
+    return [*common, *extra]
+
+
 def fit_args(epochs: int, batch: int = 64, num_samples: int = 40000) -> list:
-    return [
-        "--batch",
-        batch,
-        "--epochs",
-        epochs,
-        "--num-samples",
-        num_samples,
-        "--threads",
-        1,
-        "--interval",
-        LOOP_STEPS_PER_CALL,
-    ]
+    return _script_args(epochs, batch, num_samples, "--interval", LOOP_STEPS_PER_CALL)
 
 
 def loop_args(epochs: int, batch: int = 64, num_samples: int = 40000) -> list:
-    return [
-        "--batch",
-        batch,
-        "--epochs",
-        epochs,
-        "--num-samples",
-        num_samples,
-        "--threads",
-        1,
-        "--steps-per-call",
-        LOOP_STEPS_PER_CALL,
-    ]
+    return _script_args(epochs, batch, num_samples, "--steps-per-call", LOOP_STEPS_PER_CALL)
 
 
 # ---------------------------------------------------------------------------------------------

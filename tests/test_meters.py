@@ -92,7 +92,7 @@ def test_rank_clock_accumulates_until_taken():
 
 
 def test_epoch_rows_use_epoch_sums_and_their_own_clock():
-    meter = EpochMeter(B, WORLD)
+    meter = EpochMeter(WORLD)
     k = 5
     meter.add(reduced(loss_sum=11.0, correct=250, count=2 * k * B), k, 100.0)
     meter.add(reduced(loss_sum=9.0, correct=290, count=2 * k * B), k, 100.5)

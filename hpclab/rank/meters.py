@@ -118,8 +118,8 @@ class RankClock:
 class EpochMeter:
     """Training loss/accuracy and time over the current epoch; :meth:`close` emits its row."""
 
-    def __init__(self, batch_per_worker: int, world: int):
-        self.B, self.world = batch_per_worker, world
+    def __init__(self, world: int):
+        self.world = world
         self.sums = np.zeros(3)  # loss_sum, correct, count over the epoch (all ranks)
         self.steps = 0
         self.t0: float | None = None

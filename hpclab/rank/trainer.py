@@ -261,7 +261,7 @@ class Trainer:
         B, world, spe = cfg.batch_per_worker, self.world, self.steps_per_epoch
         noise = NoiseScale(B, B * world) if self.track_noise else None
         window = WindowMeter(B, world, spe)
-        epochs = EpochMeter(B, world)
+        epochs = EpochMeter(world)
         rates = ThroughputLog()
         clock = RankClock(B)
         feed = Publisher(
