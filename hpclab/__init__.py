@@ -14,7 +14,7 @@ __version__ = "0.1.0"
 _LAZY = {  # name -> module: ipyparallel and plotly load only when used
     "Lab": "hpclab.lab",
     "Run": "hpclab.run",
-    "find_mpiexec": "hpclab.launch",
+    "find_mpiexec": "hpclab.host",
     "compare": "hpclab.views.comparison",
     "write_report": "hpclab.views.report",
 }

@@ -15,55 +15,77 @@ from __future__ import annotations
 import atexit
 import logging
 import os
-import signal
 import time
 import weakref
+from dataclasses import replace
 from pathlib import Path
 
-from hpclab import paths
+from hpclab import host, paths, profiles
 from hpclab.catalog import MAX_THREADS_PER_WORKER, MAX_WORKERS
 from hpclab.config import RunConfig
+from hpclab.engines import EngineSet
 from hpclab.errors import ConfigError, LabError, RunFailed
-from hpclab.launch import find_mpiexec
+from hpclab.host import find_mpiexec
+from hpclab.launch import horovod_env, plan_launch
+from hpclab.profiles import Profile
 from hpclab.run import Run
 from hpclab.runs import RunStore
+from hpclab.world import check_world
 
-LAUNCHERS = ("mpi",)  # engines under mpiexec; Slurm launch modes are planned, not yet offered
+# launcher= overrides the profile's launch mode; "mpi" and "slurm" are the names of hpclab 0.1
+LAUNCHERS = {"auto": "auto", "mpiexec": "mpiexec", "mpi": "mpiexec", "srun": "srun", "sbatch": "sbatch", "slurm": "sbatch"}  # fmt: skip
 log = logging.getLogger(__name__)
 _LIVE_LABS: weakref.WeakSet[Lab] = weakref.WeakSet()
 
 
-def _check_args(workers, launcher, threads_per_worker, start_timeout) -> None:
-    if not isinstance(workers, int) or isinstance(workers, bool) or not 1 <= workers <= MAX_WORKERS:
+def _is_count(value, low: int, high: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+
+
+def _check_args(workers, launcher, threads_per_worker, start_timeout, nodes, mpiexec) -> None:
+    if not _is_count(workers, 1, MAX_WORKERS):
         raise ConfigError(
             f"Lab.workers must be an integer from 1 to {MAX_WORKERS}; "
             f"you passed workers={workers!r}."
         )
-    if launcher not in LAUNCHERS:
+    if launcher is not None and launcher not in LAUNCHERS:
         raise ConfigError(
-            "Lab.launcher must be 'mpi' (engines started by mpiexec), the only launcher this "
-            "version supports; Slurm support is tracked for a later version. "
-            f"You passed launcher={launcher!r}."
+            "Lab.launcher must be one of 'auto', 'mpiexec' (this machine), 'srun' (inside a "
+            "Slurm allocation) or 'sbatch' (engines as a Slurm job), or None to follow the "
+            f"profile; you passed launcher={launcher!r}."
         )
-    if (
-        not isinstance(threads_per_worker, int)
-        or isinstance(threads_per_worker, bool)
-        or not 1 <= threads_per_worker <= MAX_THREADS_PER_WORKER
-    ):
+    if not _is_count(threads_per_worker, 1, MAX_THREADS_PER_WORKER):
         raise ConfigError(
             "Lab.threads_per_worker must be an integer from 1 to "
             f"{MAX_THREADS_PER_WORKER}; "
             f"you passed threads_per_worker={threads_per_worker!r}."
         )
-    if (
+    if not _is_count(nodes, 0, MAX_WORKERS):
+        raise ConfigError(
+            f"Lab.nodes must be an integer from 0 (the launcher decides) to {MAX_WORKERS}; "
+            f"you passed nodes={nodes!r}."
+        )
+    if start_timeout is not None and (
         isinstance(start_timeout, bool)
         or not isinstance(start_timeout, (int, float))
         or not 1 <= start_timeout <= 3600
     ):
         raise ConfigError(
-            "Lab.start_timeout must be a number of seconds from 1 to 3600; "
-            f"you passed start_timeout={start_timeout!r}."
+            "Lab.start_timeout must be a number of seconds from 1 to 3600 (or None: the "
+            f"profile's); you passed start_timeout={start_timeout!r}."
         )
+    if mpiexec and os.path.basename(str(mpiexec)) == "srun":
+        raise ConfigError(
+            "Lab(mpiexec='srun') would start engines without an MPI plugin (each its own "
+            "1-rank world under Slurm's default MpiDefault=none); use launcher='srun' or a "
+            "profile, which pass --mpi=, -c and --overlap as needed."
+        )
+
+
+def _folder(explicit, from_profile: str, default) -> Path:
+    if explicit is not None:
+        return Path(explicit)
+    return Path(from_profile).expanduser() if from_profile else default()
 
 
 class Lab:
@@ -73,40 +95,51 @@ class Lab:
     ...     run = lab.run(RunConfig())
     ...     run.wait()
 
-    `verbose=True` prints one line when the engines are ready (in the cell that started them; it
-    is also logged at INFO). `lab.ranks` maps rank -> engine id, pid and host.
+    Where and how the engines start comes from a cluster profile (`hpclab.profiles`):
+    `profile=` (a name, a TOML path or a `Profile`), else `$HPCLAB_PROFILE`, else auto-detection
+    (inside a Slurm allocation: `srun`; elsewhere: `mpiexec` on this machine). `nodes=` spreads
+    the engines over that many nodes. `start_timeout` bounds registration (None: the profile's,
+    90 s on this machine). `verbose=True` prints one line when the engines are ready (and the
+    queue state while a Slurm job waits). `lab.ranks` maps rank -> engine id, pid, host, node.
     """
 
     def __init__(
         self,
         workers: int = 2,
         *,
-        launcher: str = "mpi",
+        profile: str | Path | Profile | None = None,
+        nodes: int = 0,
+        launcher: str | None = None,
         threads_per_worker: int = 1,
         runs_dir: str | Path | None = None,
         data_dir: str | Path | None = None,
-        start_timeout: float = 90,
+        start_timeout: float | None = None,
         mpiexec: str | None = None,
         verbose: bool = True,
     ):
-        _check_args(workers, launcher, threads_per_worker, start_timeout)
+        _check_args(workers, launcher, threads_per_worker, start_timeout, nodes, mpiexec)
+        self.profile, self.profile_reason = profiles.resolve(profile)
+        if launcher is not None:
+            mode = LAUNCHERS[launcher]
+            self.profile = replace(self.profile, launch=replace(self.profile.launch, mode=mode))
         self.workers = workers
-        self.launcher = launcher
+        self.nodes = nodes
         self.threads_per_worker = threads_per_worker
         self.start_timeout = start_timeout
-        self.runs_dir = Path(runs_dir) if runs_dir is not None else paths.runs_dir()
-        self.data_dir = Path(data_dir) if data_dir is not None else paths.data_dir()
+        self.runs_dir = _folder(runs_dir, self.profile.paths.runs, paths.runs_dir)
+        self.data_dir = _folder(data_dir, self.profile.paths.data, paths.data_dir)
         self.verbose = verbose
-        self._mpiexec = mpiexec
+        self._mpiexec = mpiexec or self.profile.launch.mpiexec or None
         self.client = None
         self.view = None
         self.ranks: list[dict] = []
+        self.plan = None  # the LaunchPlan of the running engines (hpclab.launch)
         self.current_run: Run | None = None
         self.startup_s: float | None = None
-        # controller_s, engines_s (registered), tf_import_s and horovod_init_s (slowest rank),
-        # total_s: where a cold start goes (benchmarks/run.py reports them)
+        # controller_s, queue_s (a Slurm job waiting), engines_s (registered), tf_import_s and
+        # horovod_init_s (slowest rank), total_s: where a cold start goes (benchmarks/run.py)
         self.startup_phases: dict[str, float] = {}
-        self._cluster = None
+        self._engines: EngineSet | None = None
         self._engine_ids: list[int] = []
         self._lost: str | None = None
         defaults = RunConfig()
@@ -114,112 +147,110 @@ class Lab:
         _LIVE_LABS.add(self)  # before start(): an interrupted start still gets cleaned up at exit
         self.start()
 
-    # -- lifecycle ------------------------------------------------------------------------------
-    def start(self) -> None:
-        """Start the controller and `workers` MPI engines, then Horovod on each."""
-        import ipyparallel as ipp
-        from traitlets.config import Config
+    @property
+    def launcher(self) -> str:
+        """How the engines start: 'mpiexec', 'srun' or 'sbatch' (from the plan or profile)."""
+        if self.plan is not None:
+            return self.plan.mode
+        mode = self.profile.launch.mode
+        return mode if mode != "auto" else ("srun" if os.environ.get("SLURM_JOB_ID") else "mpiexec")
 
+    # -- lifecycle ------------------------------------------------------------------------------
+    def make_plan(self):
+        """The LaunchPlan `start()` would execute now (hpclab.launch.plan_launch); no side effect."""
+        import uuid
+
+        mode = self.profile.launch.mode
+        local = mode == "mpiexec" or (mode == "auto" and not os.environ.get("SLURM_JOB_ID"))
+        return plan_launch(
+            self.profile,
+            self.workers,
+            self.threads_per_worker,
+            self.nodes,
+            dict(os.environ),
+            cluster_id=f"{int(time.time())}-{uuid.uuid4().hex[:6]}",
+            state_root=self.profile.paths.state or str(self.runs_dir / ".state"),
+            mpiexec=find_mpiexec(self._mpiexec) if local else "",
+            interfaces=host.interfaces() if self.profile.network.interface else {},
+            registration_timeout_s=self.start_timeout,
+            horovod=horovod_env(*self._horovod),
+        )
+
+    def start(self) -> None:
+        """Start the controller and `workers` MPI engines, then Horovod on each; check the world."""
         from hpclab.rank import engine
 
-        if self._cluster is not None:
+        if self._engines is not None:
             return
         t0 = time.perf_counter()
-        config = Config()
-        if self.launcher == "mpi":
-            config.MPILauncher.mpi_cmd = [find_mpiexec(self._mpiexec)]
-        # Engines inherit this environment: quiet TF, and no hidden thread oversubscription.
-        env = {
-            "TF_CPP_MIN_LOG_LEVEL": "2",
-            "OMP_NUM_THREADS": str(self.threads_per_worker),
-            "PYTHONUNBUFFERED": "1",
-            **horovod_env(*self._horovod),
-        }
-        config.EngineLauncher.environment = env
         self.runs_dir.mkdir(parents=True, exist_ok=True)
-        cluster = ipp.Cluster(
-            engines=self.launcher,
-            n=self.workers,
-            config=config,
-            engine_timeout=int(self.start_timeout),
-            log_level=logging.ERROR,  # our own errors say what to do
-            delay=0,  # engines get the connection info from the controller, no wait needed
-            controller_args=[f"--ping={HEARTBEAT_MS}"],
-        )
-        self._cluster = cluster
-        phases = {}
-        try:
-            # Cluster.start_and_connect, step by step so each phase is timed.
-            cluster.start_controller_sync()
-            phases["controller_s"] = time.perf_counter() - t0
-            cluster.start_engines_sync(self.workers)
-            self.client = cluster.connect_client_sync()
-            self.client.wait_for_engines(
-                self.workers, timeout=self.start_timeout, interactive=False
-            )
-            phases["engines_s"] = time.perf_counter() - t0 - phases["controller_s"]
-        except (TimeoutError, ipp.error.TimeoutError, ipp.error.EngineError) as exc:
-            output = self.launcher_output()
-            self.stop()
-            what = (
-                "stopped before they registered"
-                if isinstance(exc, ipp.error.EngineError)
-                else f"did not register within {self.start_timeout:g} s"
-            )
-            raise LabError(
-                f"{self.workers} MPI engines {what} ({exc}); check that `hpclab doctor` passes."
-                + (f"\nmpiexec said:\n{output[-2000:]}" if output else "")
-            ) from None
-        except BaseException:  # anything else (Ctrl-C included): leave nothing running
-            self.stop()
-            raise
+        self.plan = plan = self.make_plan()
+        for note in plan.notes:
+            log.info("launch plan: %s", note)
+        self._engines = EngineSet(plan, on_status=self._say)
+        self.client = self._engines.start()  # raises LabError and leaves nothing running
         _stop_forgotten_labs_first()  # ipyparallel has registered its exit hook by now
         ids = sorted(self.client.ids)
+        probe = self.runs_dir / f".probe-{plan.cluster_id}"
+        probe.write_text(plan.cluster_id)
         try:
-            identities = self.client[ids].apply_sync(engine.init_worker, self.threads_per_worker)
+            identities = self.client[ids].apply_sync(
+                engine.init_worker, plan.threads, (str(probe), plan.cluster_id)
+            )
         except Exception as exc:  # ipyparallel wraps the engine's error; stop what we started
             self.stop()
             raise LabError(
                 f"the engines started but could not initialise TensorFlow/Horovod "
                 f"({exc}); run `hpclab doctor` to see which part is missing."
             ) from exc
+        finally:
+            probe.unlink(missing_ok=True)
+        errors, warnings = check_world(identities, self.workers, plan.threads, plan.mode)
+        if errors:
+            self.stop()
+            raise LabError(" ".join(errors))
+        for warning in warnings:
+            log.warning(warning)
+        phases = dict(self._engines.phases)
         for phase in ("tf_import_s", "horovod_init_s"):
             phases[phase] = max(ident.pop(phase, 0.0) for ident in identities)
         order = sorted(range(len(ids)), key=lambda i: identities[i]["rank"])
         self._engine_ids = [ids[i] for i in order]
         self.ranks = [dict(identities[i], engine_id=ids[i]) for i in order]
+        for rank in self.ranks:
+            rank.pop("runs_dir_shared", None)
         self.view = self.client[self._engine_ids]
         self._lost = None
         self.startup_s = time.perf_counter() - t0
         self.startup_phases = {**phases, "total_s": self.startup_s}
-        ready = f"{self.workers} MPI engine(s) with Horovod ready in {self.startup_s:.1f} s"
-        log.info(ready)
+        where = f" ({plan.mode}, profile {plan.profile})" if plan.mode != "mpiexec" else ""
+        self._say(
+            f"{self.workers} MPI engine(s) with Horovod ready in {self.startup_s:.1f} s{where}"
+        )
+
+    def _say(self, text: str) -> None:
+        log.info(text)
         if self.verbose:  # start() runs on the caller's thread: the user's cell, never a monitor
-            print(f"hpclab: {ready}")
+            print(f"hpclab: {text}", flush=True)
 
     def stop(self) -> None:
-        """Stop a running run (if any), the engines and the controller."""
+        """Stop a running run (if any), the engines and the controller; bounded in time."""
         if self.current_run is not None and not self.current_run.done and self._lost is None:
-            self.current_run.stop(timeout=5)
-        cluster, self._cluster = self._cluster, None
-        if self.client is not None and self._lost is None and self._engine_ids:
-            try:  # a clean exit lets Horovod and MPI finalise together (TERM alone takes 5 s)
-                self.client.shutdown(targets=self._engine_ids, block=True)
-            except Exception as exc:  # noqa: BLE001 — engines already gone: the cluster stop below cleans up
-                log.info("engine shutdown reported %r; stopping the cluster cleans up", exc)
-        if self.client is not None:
             try:
-                self.client.close()
-            except Exception:  # noqa: BLE001 — closing a client whose engines died can fail; nothing to keep
-                pass
+                self.current_run.stop(timeout=5)
+            except Exception as exc:  # noqa: BLE001 — the engines must go even if the record can't
+                log.warning("stopping the run reported %r; stopping the engines anyway", exc)
+        engines, self._engines = self._engines, None
         self.client = self.view = None
-        if cluster is not None:
-            cluster.stop_cluster_sync()
+        if engines is not None:
+            engines.stop(clean=self._lost is None)  # lost engines cannot answer a clean shutdown
 
     def restart(self, workers: int | None = None) -> None:
         """Fresh engines (after a failure, or to change the number of workers)."""
         if workers is not None:
-            _check_args(workers, self.launcher, self.threads_per_worker, self.start_timeout)
+            _check_args(
+                workers, None, self.threads_per_worker, self.start_timeout, self.nodes, None
+            )
             self.workers = workers
         self.stop()
         self.start()
@@ -231,13 +262,16 @@ class Lab:
         self.stop()
 
     def __repr__(self) -> str:
-        state = "lost" if self._lost else ("running" if self._cluster else "stopped")
-        return f"<Lab workers={self.workers} launcher={self.launcher!r} {state}>"
+        state = "lost" if self._lost else ("running" if self._engines else "stopped")
+        return (
+            f"<Lab workers={self.workers} launcher={self.launcher!r} "
+            f"profile={self.profile.name!r} {state}>"
+        )
 
     @property
     def healthy(self) -> bool:
         """Engines running and usable (False when stopped or lost)."""
-        return self._cluster is not None and self._lost is None
+        return self._engines is not None and self._lost is None
 
     @property
     def lost(self) -> str | None:
@@ -245,17 +279,8 @@ class Lab:
         return self._lost
 
     def launcher_output(self) -> str:
-        """What mpiexec and the engines printed (for naming a rank that died)."""
-        if self._cluster is None:
-            return ""
-        text = []
-        for engine_set in self._cluster.engines.values():
-            # read the file, not get_output(): ipyparallel caches that on the first call
-            path = getattr(engine_set, "output_file", "")
-            if path and os.path.isfile(path):
-                with open(path, errors="replace") as f:
-                    text.append(f.read())
-        return "".join(text)
+        """What mpiexec/srun and the engines printed (for naming a rank that died)."""
+        return self._engines.output() if self._engines is not None else ""
 
     # -- runs -------------------------------------------------------------------------------------
     def run(self, cfg: RunConfig) -> Run:
@@ -276,7 +301,7 @@ class Lab:
             log.warning("the previous engines were lost (%s); restarting them.", self._lost)
             self._horovod = wanted  # one restart, with the settings this run asks for
             self.restart()
-        if wanted != self._horovod and self._cluster is not None:
+        if wanted != self._horovod and self._engines is not None:
             # Horovod reads these once, at hvd.init(): other values need fresh engines.
             log.warning(
                 "restarting the engines for Horovod cycle time %g ms and fusion buffer %g MB "
@@ -286,7 +311,7 @@ class Lab:
             )
             self._horovod = wanted
             self.restart()
-        if self._cluster is None:
+        if self._engines is None:
             raise LabError("this lab is stopped; call lab.start() or make a new Lab.")
         store = RunStore(self.runs_dir)
         store.create(
@@ -296,6 +321,7 @@ class Lab:
                 "derived": cfg.derived(self.workers),
                 "lab": {
                     "launcher": self.launcher,
+                    "launch": self.plan.record(),
                     "threads_per_worker": self.threads_per_worker,
                     "horovod_env": horovod_env(*self._horovod),
                     "ranks": self.ranks,
@@ -326,18 +352,8 @@ class Lab:
 
     def _abort(self) -> None:
         """Last resort: end the MPI job (signals land at different points on different ranks)."""
-        import psutil  # ipyparallel's own dependency: its launchers raise psutil.NoSuchProcess
-
-        if self._cluster is None:
-            return
-        try:
-            self._cluster.signal_engines_sync(signal.SIGKILL)
-        except (ProcessLookupError, psutil.NoSuchProcess) as exc:  # already gone: the usual case
-            log.debug("aborting the engines: %r (already gone)", exc)
-        except Exception as exc:  # noqa: BLE001 — from a run's monitor thread: log, never raise
-            log.warning(
-                "aborting the engines reported %r; if they still run, call lab.restart().", exc
-            )
+        if self._engines is not None:
+            self._engines.abort()
 
     def sweep(self, cfg: RunConfig, *, progress=None, **grid):
         from hpclab.sweep import run_sweep
@@ -350,21 +366,6 @@ class Lab:
         from hpclab.views.panel import Panel
 
         return Panel(self, **kwargs).widget
-
-
-# The controller's heartbeat (ipyparallel's HeartMonitor.period, 3000 ms by default): a new engine
-# is ready at the first beat after it registers, and one that misses 10 beats is declared dead.
-HEARTBEAT_MS = 1000
-
-
-def horovod_env(cycle_time_ms: float, fusion_mb: float) -> dict[str, str]:
-    """The environment that gives Horovod's background loop these settings at `hvd.init()`:
-    the cycle between negotiation rounds and the tensor-fusion buffer (Horovod docs,
-    "Tensor Fusion"; 0 MB turns fusion off)."""
-    return {
-        "HOROVOD_CYCLE_TIME": f"{cycle_time_ms:g}",
-        "HOROVOD_FUSION_THRESHOLD": str(int(fusion_mb * 1024 * 1024)),
-    }
 
 
 def _stop_forgotten_labs() -> None:
@@ -386,4 +387,11 @@ def _stop_forgotten_labs_first() -> None:
 atexit.register(_stop_forgotten_labs)
 
 
-__all__ = ["Lab", "LabError", "Run", "RunFailed", "find_mpiexec"]  # re-exported for hpclab
+__all__ = [
+    "Lab",
+    "LabError",
+    "Run",
+    "RunFailed",
+    "find_mpiexec",
+    "horovod_env",
+]  # re-exported for hpclab

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from hpclab import launch
+from hpclab import host
 from hpclab.tools import cli, doctor
 
 
@@ -74,7 +74,7 @@ def test_every_command_has_help_and_a_runner(capsys):
 
 @pytest.mark.parametrize("beside_mode", [0o755, 0o644, None])
 def test_doctor_reports_the_mpiexec_a_lab_uses(beside_mode, tmp_path, monkeypatch):
-    """One rule: the doctor's mpiexec is launch.find_mpiexec's, also when the one beside
+    """One rule: the doctor's mpiexec is host.find_mpiexec's, also when the one beside
     sys.executable exists but is not executable (the doctor once reported that one)."""
     bin_dir, site = tmp_path / "venv" / "bin", tmp_path / "site"
     for folder in (bin_dir, site):
@@ -86,7 +86,7 @@ def test_doctor_reports_the_mpiexec_a_lab_uses(beside_mode, tmp_path, monkeypatc
         (bin_dir / "mpiexec").chmod(beside_mode)
     monkeypatch.setattr(sys, "executable", str(bin_dir / "python"))
     monkeypatch.setenv("PATH", str(site))
-    assert doctor._mpiexec() == launch.find_mpiexec()
+    assert doctor._mpiexec() == host.find_mpiexec()
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     if beside_mode != 0o755:
         with pytest.raises(doctor.DoctorError, match="No mpiexec found"):

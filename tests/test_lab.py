@@ -57,12 +57,18 @@ def test_bad_arguments_are_refused_with_the_value_quoted(kwargs, quoted):
     assert time.perf_counter() - t0 < 1  # refused before any engine starts
 
 
-def test_slurm_is_refused_with_a_sentence_until_it_is_supported():
-    with pytest.raises(ConfigError) as err:
-        Lab(workers=2, launcher="slurm")
-    message = str(err.value)
-    assert "'mpi'" in message and "only launcher this version supports" in message
-    assert "Slurm support is tracked" in message and "launcher='slurm'" in message
+def test_srun_outside_an_allocation_and_mpiexec_srun_are_refused_before_any_engine(monkeypatch):
+    """launcher='srun' needs an allocation; mpiexec='srun' would skip --mpi= (N 1-rank worlds)."""
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    monkeypatch.delenv("HPCLAB_PROFILE", raising=False)
+    t0 = time.perf_counter()
+    with pytest.raises(ConfigError, match="SLURM_JOB_ID is not set"):
+        Lab(workers=2, launcher="srun")
+    with pytest.raises(ConfigError, match=r"mpiexec='srun'.*launcher='srun'"):
+        Lab(workers=2, mpiexec="/usr/bin/srun")
+    with pytest.raises(ConfigError, match=r"Lab.nodes.*nodes=-1"):
+        Lab(workers=2, nodes=-1)
+    assert time.perf_counter() - t0 < 1
 
 
 # -- the run handle's monitor thread logs, it never prints -----------------------------------------

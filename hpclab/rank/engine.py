@@ -16,10 +16,14 @@ from pathlib import Path
 _STATE: dict = {}  # per engine process: what init_worker set up (threads can be set only once)
 
 
-def init_worker(threads: int = 1) -> dict:
-    """Once per engine: CPU threads, GPU pinning, `hvd.init()`. Returns this rank's identity."""
+def init_worker(threads: int = 1, probe: tuple[str, str] | None = None) -> dict:
+    """Once per engine: CPU threads, GPU pinning, `hvd.init()`. Returns this rank's identity.
+
+    `probe` is (path, nonce): the client wrote `nonce` into `path` in the runs folder; whether
+    this rank reads it back is reported as `runs_dir_shared` (hpclab.world checks it)."""
+    shared = _reads(probe) if probe else True
     if _STATE.get("initialised"):
-        return dict(_STATE["identity"])
+        return dict(_STATE["identity"], runs_dir_shared=shared)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     t0 = time.perf_counter()
     import horovod.tensorflow as hvd
@@ -49,9 +53,23 @@ def init_worker(threads: int = 1) -> dict:
         "host": platform.node(),
         "threads": threads,
         "gpus": len(gpus),
+        "cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 0,
+        # where Slurm put this rank (absent outside Slurm); recorded in lab.ranks and config.json
+        "node": os.environ.get("SLURMD_NODENAME", ""),
+        "slurm_job": os.environ.get("SLURM_JOB_ID", ""),
+        "slurm_step": os.environ.get("SLURM_STEP_ID", ""),
+        "visible_gpus": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
     }
     _STATE.update(initialised=True, identity=identity)
-    return dict(identity, tf_import_s=t1 - t0, horovod_init_s=t2 - t1)
+    return dict(identity, runs_dir_shared=shared, tf_import_s=t1 - t0, horovod_init_s=t2 - t1)
+
+
+def _reads(probe: tuple[str, str]) -> bool:
+    path, nonce = probe
+    try:
+        return Path(path).read_text() == nonce
+    except OSError:
+        return False
 
 
 def versions() -> dict:

@@ -32,7 +32,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from hpclab.errors import LabError
-from hpclab.launch import find_mpiexec
+from hpclab.host import find_mpiexec
 from hpclab.tools import linkage
 
 #: Engines started by the full check; the expected allreduce result is 1 + 2 + ... + N.
@@ -82,7 +82,7 @@ def _dist_version(name: str) -> str:
 
 
 def _mpiexec() -> str:
-    """The `mpiexec` a Lab uses: :func:`hpclab.launch.find_mpiexec`, the one rule for finding it."""
+    """The `mpiexec` a Lab uses: :func:`hpclab.host.find_mpiexec`, the one rule for finding it."""
     try:
         return find_mpiexec()
     except LabError:

@@ -1,0 +1,199 @@
+"""`EngineSet`: execute a `LaunchPlan` — controller, engines, the queue phase, stop and abort.
+
+The plan decides (`hpclab.launch`); this module only does what it says, with every wait bounded:
+the queue phase (mode sbatch: `squeue` polled until the job runs, `queue_timeout_s`), then
+registration (`registration_timeout_s`), and on stop a bounded clean shutdown followed by the
+cluster's stop and, under Slurm, `scancel` of the step or job so no engine outlives the lab.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+from hpclab import slurm
+from hpclab.errors import LabError
+from hpclab.launch import LaunchPlan
+
+log = logging.getLogger(__name__)
+QUEUE_POLL_S = 2.0
+SHUTDOWN_S = 10.0  # a clean engine shutdown (Horovod and MPI finalise together) gets this long
+
+
+class EngineSet:
+    """One controller and one set of MPI engines, started as `plan` says.
+
+    `on_status(text)` hears queue states ("PENDING (Priority)") while a job waits."""
+
+    def __init__(self, plan: LaunchPlan, on_status=None):
+        self.plan = plan
+        self.on_status = on_status or (lambda text: None)
+        self.cluster = None
+        self.client = None
+        self.job_id: str = ""  # mode sbatch: the engines' job; mode srun: the enclosing job
+        self.phases: dict[str, float] = {}
+
+    def start(self):
+        """Start everything and return a connected client with all engines registered; on any
+        failure stop what was started and raise LabError with the launcher's output."""
+        import ipyparallel as ipp
+
+        plan = self.plan
+        Path(plan.state_dir).mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(plan.state_dir, 0o700)  # connection info carries the cluster's HMAC key
+        self.cluster = ipp.Cluster(
+            config=plan.ipp_config(),
+            log_level=logging.ERROR,  # our own errors say what to do
+            **plan.cluster_kwargs(),
+        )
+        t0 = time.perf_counter()
+        try:
+            self.cluster.start_controller_sync()
+            self.phases["controller_s"] = time.perf_counter() - t0
+            self.cluster.start_engines_sync(plan.workers)
+            if plan.mode == "sbatch":
+                self.job_id = str(self.cluster.engine_set.job_id)
+                self._wait_for_queue()
+            elif plan.mode == "srun":
+                self.job_id = os.environ.get("SLURM_JOB_ID", "")
+            t1 = time.perf_counter()
+            self.client = self.cluster.connect_client_sync()
+            self.client.wait_for_engines(
+                plan.workers, timeout=plan.registration_timeout_s, interactive=False
+            )
+            self.phases["engines_s"] = time.perf_counter() - t1
+        except (TimeoutError, ipp.error.TimeoutError, ipp.error.EngineError) as exc:
+            output = self.output()
+            self.stop()
+            what = (
+                "stopped before they registered"
+                if isinstance(exc, ipp.error.EngineError)
+                else f"did not register within {plan.registration_timeout_s:g} s"
+            )
+            raise LabError(
+                f"{plan.workers} MPI engines ({plan.mode}, profile {plan.profile!r}) {what} "
+                f"({exc}); check that `hpclab doctor` passes."
+                + (f"\nthe launcher said:\n{output[-2000:]}" if output else "")
+            ) from None
+        except subprocess.CalledProcessError as exc:  # sbatch refused the job script
+            self.stop()
+            said = (exc.output or b"").decode(errors="replace") if isinstance(exc.output, bytes) else exc.output
+            raise LabError(
+                f"{shlex.join(exc.cmd)} failed (exit {exc.returncode}): {(said or '').strip()[-1000:]}; "
+                f"check the profile's slurm settings with `hpclab doctor --profile {plan.profile}`."
+            ) from None
+        except BaseException:  # LabError from the queue phase, Ctrl-C: leave nothing running
+            self.stop()
+            raise
+        return self.client
+
+    def _wait_for_queue(self) -> None:
+        """Mode sbatch: poll squeue until the engines' job runs (its own timeout, so a long
+        queue never eats the registration time)."""
+        t0 = time.perf_counter()
+        last = None
+        while True:
+            state = slurm.job_state(self.job_id)
+            waited = time.perf_counter() - t0
+            if state is None:
+                raise LabError(
+                    f"the engines' job {self.job_id} left the queue before it ran; its output "
+                    f"({self.plan.output_file}) ends:\n{self.output()[-2000:] or '(nothing)'}"
+                )
+            shown = state[0] + (f" ({state[1]})" if state[1] and state[1] != "None" else "")
+            if shown != last:
+                self.on_status(f"engines' job {self.job_id}: {shown}")
+                last = shown
+            if state[0] == "RUNNING":
+                self.phases["queue_s"] = waited
+                return
+            if waited > self.plan.queue_timeout_s:
+                raise LabError(
+                    f"the engines' job {self.job_id} was still {shown} after "
+                    f"{self.plan.queue_timeout_s:g} s (profile slurm.queue_timeout_s); it was "
+                    "cancelled. Try a smaller request or another partition."
+                )
+            time.sleep(QUEUE_POLL_S)
+
+    def stop(self, clean: bool = True) -> None:
+        """Shut the engines down cleanly (bounded; skipped when `clean` is False: lost engines
+        cannot answer), stop controller and launcher, and under Slurm cancel what might be
+        left. Safe to call twice."""
+        cluster, self.cluster = self.cluster, None
+        client, self.client = self.client, None
+        if client is not None:
+            ids = list(client.ids)
+            if ids and clean:
+                _bounded(lambda: client.shutdown(targets=ids, block=True), SHUTDOWN_S)
+            try:
+                client.close()
+            except Exception:  # noqa: BLE001 — closing a client whose engines died can fail
+                pass
+        if cluster is not None:
+            _bounded(cluster.stop_cluster_sync, SHUTDOWN_S)
+        self._cancel_leftovers()
+        if clean:  # keep the logs and batch script of a lab that failed, for a post-mortem
+            shutil.rmtree(self.plan.state_dir, ignore_errors=True)
+
+    def abort(self) -> None:
+        """Last resort: end the MPI job at once (a rank died or hangs)."""
+        import psutil  # ipyparallel's own dependency: its launchers raise psutil.NoSuchProcess
+
+        if self.plan.mode in ("srun", "sbatch"):
+            self._cancel_leftovers(signal="KILL")  # SIGKILL to srun is not forwarded (srun(1))
+        if self.cluster is None:
+            return
+        try:
+            self.cluster.signal_engines_sync(signal.SIGKILL)
+        except (ProcessLookupError, psutil.NoSuchProcess) as exc:  # already gone: the usual case
+            log.debug("aborting the engines: %r (already gone)", exc)
+        except Exception as exc:  # noqa: BLE001 — from a run's monitor thread: log, never raise
+            log.warning("aborting the engines reported %r; call lab.restart().", exc)
+
+    def _cancel_leftovers(self, signal: str | None = None) -> None:
+        if self.plan.mode == "sbatch" and self.job_id and self.job_id != "None":
+            slurm.cancel(self.job_id, signal=signal)
+        elif self.plan.mode == "srun" and self.job_id:
+            for step in slurm.steps_named(self.job_id, self.plan.job_name):
+                slurm.cancel(step, signal=signal or "KILL")
+
+    def output(self) -> str:
+        """What the launcher (mpiexec, srun, the batch job) and the engines printed."""
+        path = self.plan.output_file
+        if os.path.isfile(path):  # read the file: ipyparallel caches get_output() on first call
+            with open(path, errors="replace") as f:
+                return f.read()
+        return ""
+
+
+def _bounded(call, seconds: float) -> bool:
+    """Run `call` on a daemon thread for at most `seconds`; True if it returned in time."""
+    errors = []
+
+    def target():
+        try:
+            call()
+        except Exception as exc:  # noqa: BLE001 — engines already gone: the next step cleans up
+            errors.append(exc)
+
+    thread = threading.Thread(target=target, daemon=True, name="hpclab-stop")
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        log.warning(
+            "%s did not finish within %g s; going on", getattr(call, "__name__", call), seconds
+        )
+        return False
+    if errors:
+        log.info("stopping reported %r; the next step cleans up", errors[0])
+    return True
+
+
+__all__ = ["EngineSet"]
