@@ -84,7 +84,11 @@ class EngineSet:
             ) from None
         except subprocess.CalledProcessError as exc:  # sbatch refused the job script
             self.stop()
-            said = (exc.output or b"").decode(errors="replace") if isinstance(exc.output, bytes) else exc.output
+            said = (
+                (exc.output or b"").decode(errors="replace")
+                if isinstance(exc.output, bytes)
+                else exc.output
+            )
             raise LabError(
                 f"{shlex.join(exc.cmd)} failed (exit {exc.returncode}): {(said or '').strip()[-1000:]}; "
                 f"check the profile's slurm settings with `hpclab doctor --profile {plan.profile}`."

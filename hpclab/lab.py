@@ -82,12 +82,6 @@ def _check_args(workers, launcher, threads_per_worker, start_timeout, nodes, mpi
         )
 
 
-def _folder(explicit, from_profile: str, default) -> Path:
-    if explicit is not None:
-        return Path(explicit)
-    return Path(from_profile).expanduser() if from_profile else default()
-
-
 class Lab:
     """N MPI engines with Horovod initialised, ready to train.
 
@@ -126,8 +120,9 @@ class Lab:
         self.nodes = nodes
         self.threads_per_worker = threads_per_worker
         self.start_timeout = start_timeout
-        self.runs_dir = _folder(runs_dir, self.profile.paths.runs, paths.runs_dir)
-        self.data_dir = _folder(data_dir, self.profile.paths.data, paths.data_dir)
+        default_runs, default_data = profiles.folders(self.profile)
+        self.runs_dir = Path(runs_dir) if runs_dir is not None else default_runs
+        self.data_dir = Path(data_dir) if data_dir is not None else default_data
         self.verbose = verbose
         self._mpiexec = mpiexec or self.profile.launch.mpiexec or None
         self.client = None

@@ -287,6 +287,16 @@ def _value(value, default, where: str, env: dict[str, str]):
     raise AssertionError(f"no rule for {where}")  # pragma: no cover — schema bug
 
 
+def folders(profile: Profile) -> tuple[Path, Path]:
+    """(runs, data) folders under `profile`: its `paths` when set, else `HPCLAB_RUNS`/`HPCLAB_DATA`
+    or the checkout's (hpclab.paths)."""
+    from hpclab import paths
+
+    runs = Path(profile.paths.runs).expanduser() if profile.paths.runs else paths.runs_dir()
+    data = Path(profile.paths.data).expanduser() if profile.paths.data else paths.data_dir()
+    return runs, data
+
+
 def describe(profile: Profile) -> str:
     """A readable TOML-like rendering of a resolved profile (for `hpclab profiles NAME`)."""
     lines = [f"# {profile.name}: {profile.description}".rstrip(": "), f"# from {profile.source}"]
@@ -298,4 +308,4 @@ def describe(profile: Profile) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["Profile", "BUILTIN", "resolve", "load", "parse", "available", "describe"]
+__all__ = ["Profile", "BUILTIN", "resolve", "load", "parse", "available", "describe", "folders"]

@@ -306,3 +306,56 @@ def test_sweep_runs_resumes_and_reports(tmp_path):
     assert len(list(tmp_path.glob("*/config.json"))) == 2
     page = report.read_text()
     assert "b32 sqrt+wu1 ×2" in page and "b64 sqrt+wu1 ×2" in page
+
+
+@pytest.mark.mpi
+@pytest.mark.slow
+@pytest.mark.parametrize("signame", ["SIGTERM", "SIGUSR1"])
+def test_a_batch_systems_signal_stops_the_run_like_ctrl_c(signame, tmp_path):
+    """scancel / walltime (SIGTERM) and sbatch --signal=B:USR1@120: the run is stopped on every
+    rank, its record says `stopped`, the command exits 130 and no engine is left."""
+    import signal
+    import time
+
+    import psutil
+
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "hpclab.tools.cli",
+            "run",
+            "--json",
+            "--no-progress",
+            "--workers",
+            "2",
+            "--num-samples",
+            "4000",
+            "--epochs",
+            "200",
+            "--runs-dir",
+            str(tmp_path),
+        ],  # fmt: skip
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=REPO,
+    )
+    deadline = time.monotonic() + 180
+    while not list(tmp_path.glob("*/metrics.jsonl")) and time.monotonic() < deadline:
+        time.sleep(0.5)  # training has published its first rows
+    assert proc.poll() is None, proc.communicate()
+    children = psutil.Process(proc.pid).children(recursive=True)
+    t0 = time.monotonic()
+    proc.send_signal(getattr(signal, signame))
+    out, err = proc.communicate(timeout=60)
+    took = time.monotonic() - t0
+    assert proc.returncode == 130, err
+    assert f"{signame} received" in err and "Traceback" not in err
+    summary = json.loads(out)
+    assert summary["status"] == "stopped"
+    assert load_run(summary["path"]).status == "stopped"
+    _, alive = psutil.wait_procs(children, timeout=10)
+    assert not alive, f"left running after {took:.1f} s: {[p.pid for p in alive]}"

@@ -24,15 +24,19 @@ run goes), :mod:`~hpclab.tools.cli_runs` (report, runs) and :mod:`~hpclab.tools.
 Exit codes of ``run`` and ``sweep`` (see :data:`EXIT_CODES`): 0 finished; 1 a run failed or was
 stopped from outside; 2 a usage mistake (bad option or value, missing staged dataset, unknown run
 folder, engines that cannot start) — one sentence on stderr, never a traceback; 3 the run
-diverged (a result, not a crash: the learning rate was too high for that batch); 130 Ctrl-C (the
-run is stopped collectively and its record kept). A sweep exits 0 when every point ran to its end,
+diverged (a result, not a crash: the learning rate was too high for that batch); 130 Ctrl-C, or
+SIGTERM, SIGHUP or SIGUSR1 (Slurm's walltime warning `--signal=B:USR1@120`, `scancel`, a closed
+terminal): the run is stopped collectively and its record kept, exactly as for Ctrl-C. A sweep exits 0 when every point ran to its end,
 diverged ones included, and 1 if any point failed or was stopped.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import sys
+import threading
 import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -115,7 +119,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return EXIT_CODES["usage"]
     try:
-        return COMMANDS[args.command].run(args)
+        with _signals_stop_like_ctrl_c():
+            return COMMANDS[args.command].run(args)
     except (ConfigError, FileNotFoundError, LabError) as exc:
         say(f"hpclab {args.command}: {_sentence(exc)}")
         return EXIT_CODES["usage"]
@@ -125,6 +130,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:  # e.g. during engine start-up; runs handle Ctrl-C themselves
         say(f"\nhpclab {args.command}: interrupted.")
         return EXIT_CODES["interrupted"]
+
+
+#: Signals that stop a command the way Ctrl-C does: a batch system's walltime warning
+#: (sbatch --signal=B:USR1@120), scancel and a job's end (TERM), a closed terminal (HUP).
+STOP_SIGNALS = ("SIGTERM", "SIGHUP", "SIGUSR1")
+
+
+@contextlib.contextmanager
+def _signals_stop_like_ctrl_c():
+    """While a command runs, turn STOP_SIGNALS into KeyboardInterrupt (so the run is stopped
+    collectively and recorded, and the engines shut down); the previous handlers come back after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread may set handlers (an embedding application's choice)
+        return
+
+    def handler(signum, frame):
+        say(f"\nhpclab: {signal.Signals(signum).name} received; stopping as for Ctrl-C.")
+        raise KeyboardInterrupt
+
+    before = {name: signal.signal(getattr(signal, name), handler) for name in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for name, previous in before.items():
+            signal.signal(getattr(signal, name), previous)
 
 
 def _sentence(exc: BaseException) -> str:

@@ -78,6 +78,20 @@ def _add_lab_options(parser: argparse.ArgumentParser, *, many: bool) -> None:
         help="CPU threads per worker (default: 1)",
     )
     group.add_argument(
+        "--profile",
+        default=None,
+        metavar="NAME|FILE",
+        help="cluster profile: how engines start (default: $HPCLAB_PROFILE, else srun inside a "
+        "Slurm allocation, else mpiexec here; `hpclab profiles` lists them)",
+    )
+    group.add_argument(
+        "--nodes",
+        type=_positive_int,
+        default=0,
+        metavar="N",
+        help="spread the workers over N nodes (Slurm; default: as the allocation places them)",
+    )
+    group.add_argument(
         "--runs-dir",
         type=Path,
         default=None,
@@ -94,9 +108,10 @@ def _add_lab_options(parser: argparse.ArgumentParser, *, many: bool) -> None:
 
 
 def _lab_dirs(args: argparse.Namespace) -> tuple[Path, Path]:
-    from hpclab import paths
+    from hpclab import profiles
 
-    return (args.runs_dir or paths.runs_dir(), args.data_dir or paths.data_dir())
+    runs, data = profiles.folders(profiles.resolve(args.profile)[0])
+    return (args.runs_dir or runs, args.data_dir or data)
 
 
 def _start_lab(args: argparse.Namespace, workers: int):
@@ -105,6 +120,8 @@ def _start_lab(args: argparse.Namespace, workers: int):
     runs_dir, data_dir = _lab_dirs(args)
     return Lab(
         workers=workers,
+        profile=args.profile,
+        nodes=args.nodes,
         threads_per_worker=args.threads_per_worker,
         runs_dir=runs_dir,
         data_dir=data_dir,
@@ -120,8 +137,8 @@ def configure_run(parser: argparse.ArgumentParser) -> None:
     """Options of ``hpclab run``."""
     parser.epilog = (
         "exit status: 0 finished, 1 failed or stopped, 2 usage mistake, "
-        "3 diverged (the loss became NaN/inf), 130 interrupted by Ctrl-C "
-        "(the run is stopped and its record kept)"
+        "3 diverged (the loss became NaN/inf), 130 interrupted by Ctrl-C, SIGTERM, SIGHUP or "
+        "SIGUSR1 (the run is stopped and its record kept)"
     )
     add_field_options(parser, many=False)
     _add_lab_options(parser, many=False)
@@ -163,7 +180,7 @@ def run(args: argparse.Namespace) -> int:
             except KeyboardInterrupt:
                 interrupted = True
                 progress.close()
-                say("\nhpclab run: Ctrl-C — stopping every rank after the same step ...")
+                say("\nhpclab run: interrupted — stopping every rank after the same step ...")
                 try:
                     handle.stop(timeout=15)
                     _wait_quietly(handle, timeout=15)
