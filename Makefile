@@ -5,7 +5,7 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 VENV := .venv
 PY := $(VENV)/bin/python
-PYTEST_FAST := -m "not mpi and not notebook and not browser"
+PYTEST_FAST := -m "not mpi and not notebook and not browser and not slurm and not hub"
 
 .PHONY: help setup lint test check demo lab bench lock clean distclean
 
@@ -21,9 +21,11 @@ lint: setup ## ruff: lint and format check (fix with `.venv/bin/ruff format . &&
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-test: lint ## lint, then all tests: real MPI engines and Horovod, notebooks, the browser
+test: lint ## lint, then all tests: real MPI engines and Horovod, notebooks, the browser, a real Slurm + JupyterHub
 	@scripts/install-browser.sh
-	HPCLAB_REQUIRE_MPI=1 $(PY) -m pytest
+	@scripts/install-slurm.sh
+	@scripts/install-hub.sh
+	HPCLAB_REQUIRE_MPI=1 HPCLAB_REQUIRE_SLURM=1 $(PY) -m pytest
 
 check: lint ## the fast tier (under a minute): lint plus every test that starts no engines
 	$(PY) -m pytest -q $(PYTEST_FAST)

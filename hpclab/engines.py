@@ -39,6 +39,7 @@ class EngineSet:
         self.client = None
         self.job_id: str = ""  # mode sbatch: the engines' job; mode srun: the enclosing job
         self.phases: dict[str, float] = {}
+        self.failed = False  # a failed start keeps its state folder (logs, batch script)
 
     def start(self):
         """Start everything and return a connected client with all engines registered; on any
@@ -65,11 +66,10 @@ class EngineSet:
                 self.job_id = os.environ.get("SLURM_JOB_ID", "")
             t1 = time.perf_counter()
             self.client = self.cluster.connect_client_sync()
-            self.client.wait_for_engines(
-                plan.workers, timeout=plan.registration_timeout_s, interactive=False
-            )
+            self._wait_for_registration()
             self.phases["engines_s"] = time.perf_counter() - t1
         except (TimeoutError, ipp.error.TimeoutError, ipp.error.EngineError) as exc:
+            self.failed = True
             output = self.output()
             self.stop()
             what = (
@@ -83,6 +83,7 @@ class EngineSet:
                 + (f"\nthe launcher said:\n{output[-2000:]}" if output else "")
             ) from None
         except subprocess.CalledProcessError as exc:  # sbatch refused the job script
+            self.failed = True
             self.stop()
             said = (
                 (exc.output or b"").decode(errors="replace")
@@ -94,9 +95,38 @@ class EngineSet:
                 f"check the profile's slurm settings with `hpclab doctor --profile {plan.profile}`."
             ) from None
         except BaseException:  # LabError from the queue phase, Ctrl-C: leave nothing running
+            self.failed = True
             self.stop()
             raise
         return self.client
+
+    def _wait_for_registration(self) -> None:
+        """Until every engine registered; fails early when the launcher (mpiexec, srun) or the
+        engines' job ended first. ipyparallel notices a dead launcher only inside a running
+        event loop (a notebook), not in a script or the CLI, so the check is ours."""
+        import ipyparallel as ipp
+
+        deadline = time.perf_counter() + self.plan.registration_timeout_s
+        while True:
+            try:
+                self.client.wait_for_engines(self.plan.workers, timeout=1, interactive=False)
+                return
+            except (TimeoutError, ipp.error.TimeoutError):
+                pass
+            ended = self._launcher_ended()
+            if ended:
+                raise ipp.error.EngineError(ended)
+            if time.perf_counter() > deadline:
+                raise TimeoutError(f"{len(self.client.ids)} of {self.plan.workers} registered")
+
+    def _launcher_ended(self) -> str:
+        """Why the engines can no longer register (a sentence), or '' while they still may."""
+        if self.plan.mode == "sbatch":
+            state = slurm.job_state(self.job_id)
+            return "" if state else f"the engines' job {self.job_id} left the queue"
+        engine_set = self.cluster.engine_set if self.cluster is not None else None
+        code = engine_set.poll() if engine_set is not None else None
+        return "" if code is None else f"{self.plan.launch_cmd[0]} exited with status {code}"
 
     def _wait_for_queue(self) -> None:
         """Mode sbatch: poll squeue until the engines' job runs (its own timeout, so a long
@@ -140,10 +170,12 @@ class EngineSet:
                 client.close()
             except Exception:  # noqa: BLE001 — closing a client whose engines died can fail
                 pass
-        if cluster is not None:
-            _bounded(cluster.stop_cluster_sync, SHUTDOWN_S)
+        if cluster is not None:  # one at a time: ipyparallel's stop_cluster gathers both, and
+            # an engine set that fails to stop (sbatch never gave a job id) abandons the controller
+            _bounded(cluster.stop_engines_sync, SHUTDOWN_S)
+            _bounded(cluster.stop_controller_sync, SHUTDOWN_S)
         self._cancel_leftovers()
-        if clean:  # keep the logs and batch script of a lab that failed, for a post-mortem
+        if clean and not self.failed:  # keep a failed start's logs and script for a post-mortem
             shutil.rmtree(self.plan.state_dir, ignore_errors=True)
 
     def abort(self) -> None:

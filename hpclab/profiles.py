@@ -166,9 +166,9 @@ def resolve(choice: str | Path | Profile | None = None, env: dict[str, str] | No
         return load(choice, env), "Lab(profile=...)"
     if env.get("HPCLAB_PROFILE"):
         return load(env["HPCLAB_PROFILE"], env), "HPCLAB_PROFILE"
-    if env.get("SLURM_JOB_ID"):
-        return BUILTIN["slurm-allocation"], "auto: SLURM_JOB_ID is set"
-    return BUILTIN["local"], "auto: default"
+    if env.get("SLURM_JOB_ID"):  # a site file of the same name wins over the built-in
+        return load("slurm-allocation", env), "auto: SLURM_JOB_ID is set"
+    return load("local", env), "auto: default"
 
 
 def load(name_or_path: str | Path, env: dict[str, str] | None = None) -> Profile:

@@ -18,28 +18,21 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from browser_util import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS
+from browser_util import accept_dialogs as _accept_dialogs
+from browser_util import free_port as _free_port
+from browser_util import need_chromium as _need_chromium
+from browser_util import screenshot as _screenshot
 
 pytestmark = [pytest.mark.browser, pytest.mark.mpi, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[1]
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-ARTIFACTS = ROOT / "test-artifacts"
 
 # Small data (4000 samples, 3200 to train), one step per compiled call, and far more epochs than
 # the test waits for: it always stops the run, so a slow, shared machine cannot end it first.
@@ -60,26 +53,6 @@ PLOT_POINTS_JS = """() => {
   if (!data || !data.length || !data[0].x) return 0;
   return data[0].x.length;
 }"""
-
-
-def _need_chromium() -> None:
-    if os.path.exists(CHROMIUM):
-        return
-    if os.geteuid() != 0:
-        pytest.skip(
-            f"{CHROMIUM} is missing and installing it needs root; ask an admin for "
-            "`apt-get install chromium fonts-dejavu-core` (scripts/install-browser.sh)."
-        )
-    pytest.fail(
-        f"{CHROMIUM} is missing; run scripts/install-browser.sh (as root) first — "
-        ".ci/run does this before the tests."
-    )
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _write_notebook(path: Path) -> None:
@@ -274,16 +247,6 @@ def jupyterlab(tmp_path):
         )
 
 
-def _accept_dialogs(page, seconds: float) -> None:
-    """JupyterLab may ask for a kernel on first open; that dialog intercepts every click."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        accept = page.locator(".jp-Dialog .jp-mod-accept")
-        if accept.count():
-            accept.first.click()
-        time.sleep(0.25)
-
-
 def _status(page) -> str:
     return page.locator(".hpclab-status").inner_text()
 
@@ -297,13 +260,6 @@ def _wait_for(predicate, timeout: float, what: str, page=None):
         time.sleep(0.25)
     status = f" (panel status: {_status(page)!r})" if page is not None else ""
     raise AssertionError(f"timed out after {timeout} s waiting for {what}{status}")
-
-
-def _screenshot(page, name: str) -> Path:
-    ARTIFACTS.mkdir(exist_ok=True)
-    path = ARTIFACTS / name
-    page.screenshot(path=str(path))
-    return path
 
 
 def test_panel_runs_and_charts_live_in_jupyterlab(jupyterlab):

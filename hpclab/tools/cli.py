@@ -13,13 +13,15 @@ Commands::
     hpclab sweep [field options]       one run per combination of comma-separated values
     hpclab report RUN_DIR... -o FILE   one self-contained HTML report of recorded runs
     hpclab runs                        a table of the recorded runs
+    hpclab profiles [NAME]             cluster profiles; one's launch plan, hub snippet, job script
 
 Where each lives: this module (parser, ``main``, the one-sentence error path),
 :mod:`~hpclab.tools.cli_fields` (RunConfig fields as options: ``--batch-per-worker``,
 ``--lr-scaling {none,linear,sqrt}``, ``--image-shape 32,32,3``, ``--fp16-allreduce`` /
 ``--no-fp16-allreduce``, ..., each with the field's ``metadata["help"]`` as its help),
 :mod:`~hpclab.tools.cli_run` (run, sweep), :mod:`~hpclab.tools.cli_progress` (stderr while a
-run goes), :mod:`~hpclab.tools.cli_runs` (report, runs) and :mod:`~hpclab.tools.doctor`.
+run goes), :mod:`~hpclab.tools.cli_runs` (report, runs), :mod:`~hpclab.tools.cli_profiles`
+(profiles) and :mod:`~hpclab.tools.doctor`.
 
 Exit codes of ``run`` and ``sweep`` (see :data:`EXIT_CODES`): 0 finished; 1 a run failed or was
 stopped from outside; 2 a usage mistake (bad option or value, missing staged dataset, unknown run
@@ -42,7 +44,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from hpclab.errors import ConfigError, LabError, RunFailed
-from hpclab.tools import cli_run, cli_runs, doctor
+from hpclab.tools import cli_profiles, cli_run, cli_runs, doctor
 from hpclab.tools.cli_progress import say
 from hpclab.tools.cli_run import EXIT_CODES
 
@@ -82,6 +84,11 @@ COMMANDS: dict[str, Command] = {
         help="list the recorded runs",
         configure=cli_runs.configure_runs,
         run=cli_runs.show_runs,
+    ),
+    "profiles": Command(
+        help="list the cluster profiles, or show one with its launch plan, hub snippet, job script",
+        configure=cli_profiles.configure,
+        run=cli_profiles.run,
     ),
 }
 

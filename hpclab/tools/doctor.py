@@ -10,6 +10,7 @@ Stages, each timed:
 4. engines    (skipped with ``--quick``) start 2 ipyparallel MPI engines, ``hvd.init()`` on both,
               allreduce each rank's ``rank + 1`` and check that every rank got ``1 + 2 = 3``.
 
+``--profile X`` checks a cluster profile instead (:mod:`hpclab.tools.doctor_profile`).
 Any failure ends the run with exit code 1 and one sentence that says what to do
 (:class:`DoctorError`); no traceback.
 """
@@ -33,7 +34,7 @@ from typing import Any
 
 from hpclab.errors import LabError
 from hpclab.host import find_mpiexec
-from hpclab.tools import linkage
+from hpclab.tools import doctor_profile, linkage
 
 #: Engines started by the full check; the expected allreduce result is 1 + 2 + ... + N.
 WORKERS = 2
@@ -367,6 +368,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_TIMEOUT,
         help=f"seconds to wait for engines and for Horovod on them (default {DEFAULT_TIMEOUT:g})",
     )
+    doctor_profile.add_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -377,6 +379,8 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
+    if args.profile:
+        return doctor_profile.run(args)
     os.environ.setdefault(
         "TF_CPP_MIN_LOG_LEVEL", "2"
     )  # keep TensorFlow's C++ banner out of the report

@@ -1,0 +1,318 @@
+"""`hpclab doctor --profile X`: does a cluster profile work on this cluster?
+
+One line per check, each `ok`, `FAILED` (with one sentence naming the fix) or `skipped`:
+
+* the launcher the profile's mode needs: `mpiexec`, or `srun` (and `sbatch` for mode sbatch);
+* `srun --mpi=list` offers `slurm.srun_mpi` (without the right plugin N engines would form N
+  1-rank worlds);
+* mode sbatch: `sbatch --test-only` accepts the profile's partition, account, qos and time;
+* `network.interface` has an IPv4 address here (`network.controller_ip` is one of this host's);
+* the runs and state folders exist, or can be created, and are writable;
+* unless ``--quick``: a real 2-rank Horovod allreduce through the profile's launch plan
+  (`Lab(workers=2, profile=X)`), expecting 1 + 2 = 3 on every rank. An srun profile outside an
+  allocation skips it and says how to run it inside one (`salloc -n2 ...`).
+
+Any failure: exit 1, the sentences repeated on stderr. Imports no TensorFlow on this side.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from hpclab import host, profiles
+from hpclab.errors import ConfigError, LabError
+from hpclab.profiles import Profile
+
+WORKERS = 2
+COMMAND_TIMEOUT_S = 30
+
+
+@dataclass(frozen=True)
+class Check:
+    """One line of the report; `ok` is True (passed), False (failed) or None (skipped)."""
+
+    label: str
+    ok: bool | None
+    text: str  # what was found; for a failure, one sentence that names the fix
+
+    def line(self) -> str:
+        status = {True: "ok", False: "FAILED", None: "skipped"}[self.ok]
+        return f"  {self.label:<14}{status:<9}{self.text}"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--profile`` of ``hpclab doctor`` (``--quick`` and ``--timeout`` are shared)."""
+    parser.add_argument(
+        "--profile",
+        default=None,
+        metavar="NAME|FILE",
+        help="check a cluster profile against this cluster (launchers, MPI plugin, sbatch "
+        "settings, interface, folders) and run the 2-rank allreduce through it",
+    )
+
+
+def mode_of(profile: Profile, env: dict[str, str]) -> str:
+    """The launch mode a Lab would use here (`auto`: srun inside an allocation, else mpiexec)."""
+    if profile.launch.mode != "auto":
+        return profile.launch.mode
+    return "srun" if env.get("SLURM_JOB_ID") else "mpiexec"
+
+
+def _command(args: list[str]) -> tuple[int, str]:
+    """(exit status, stdout + stderr) of a bounded command; 127 when it is not on PATH."""
+    if shutil.which(args[0]) is None:
+        return 127, f"{args[0]} is not on PATH"
+    try:
+        done = subprocess.run(
+            args, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S, check=False
+        )
+    except subprocess.TimeoutExpired:
+        return 124, f"no answer within {COMMAND_TIMEOUT_S} s"
+    except OSError as exc:
+        return 126, str(exc)
+    return done.returncode, (done.stdout + done.stderr).strip()
+
+
+def mpi_plugins(output: str) -> set[str]:
+    """Plugin names in `srun --mpi=list` output: "MPI plugin types are..." then one name per
+    (tab-indented) line, and "specific pmix plugin versions available: pmix_v4,pmix_v5"
+    (Slurm 22.05+); older versions print "srun: MPI types are..." and "srun: pmi2"."""
+    names = set()
+    for line in output.splitlines():
+        line = line.strip().removeprefix("srun:").strip()
+        if "types are" in line or "error" in line.lower():
+            continue
+        if line.startswith("specific") and ":" in line:
+            names.update(v.strip() for v in line.split(":", 1)[1].split(",") if v.strip())
+        elif re.fullmatch(r"[\w.-]+", line):
+            names.add(line)
+    return names
+
+
+def check_launcher(profile: Profile, mode: str) -> list[Check]:
+    """The programs the mode starts engines with are here."""
+    if mode == "mpiexec":
+        try:
+            return [Check("mpiexec", True, host.find_mpiexec(profile.launch.mpiexec or None))]
+        except LabError as exc:
+            return [Check("mpiexec", False, str(exc))]
+    found = []
+    for program in ("srun", "sbatch") if mode == "sbatch" else ("srun",):
+        path = shutil.which(program)
+        found.append(
+            Check(program, True, path)
+            if path
+            else Check(
+                program,
+                False,
+                f"{program} is not on PATH; load the site's Slurm module or run on a node with "
+                f"the Slurm client (profile {profile.name!r} starts engines with {mode}).",
+            )
+        )
+    return found
+
+
+def check_srun_mpi(profile: Profile) -> Check:
+    """`srun --mpi=list` offers the profile's `slurm.srun_mpi`."""
+    wanted = profile.slurm.srun_mpi
+    status, output = _command(["srun", "--mpi=list"])
+    if status != 0:
+        last = output.splitlines()[-1] if output else "no output"
+        return Check(
+            "MPI plugin",
+            False,
+            f"`srun --mpi=list` failed (exit {status}: {last}); check that the Slurm client "
+            "works here (`sinfo`), then run the doctor again.",
+        )
+    offered = mpi_plugins(output)
+    if wanted not in offered:
+        usable = ", ".join(sorted(offered - {"none"})) or "none"
+        return Check(
+            "MPI plugin",
+            False,
+            f"srun has no MPI plugin {wanted!r} (slurm.srun_mpi in {profile.source}); it offers "
+            f"{usable}: set slurm.srun_mpi to the one your MPI uses (MPICH: pmi2, Open MPI: pmix).",
+        )
+    return Check("MPI plugin", True, f"{wanted} (srun offers {', '.join(sorted(offered))})")
+
+
+def sbatch_test_args(profile: Profile) -> list[str]:
+    """`sbatch --test-only` with the engines' job shape for 2 ranks and the profile's settings."""
+    s, threads = profile.slurm, profile.node.threads_per_worker or 1
+    args = ["sbatch", "--test-only", f"--ntasks={WORKERS}", f"--cpus-per-task={threads}"]
+    for key in ("partition", "account", "qos", "time"):
+        args += [f"--{key}={getattr(s, key)}"] if getattr(s, key) else []
+    if profile.node.gpus:
+        per_task = profile.node.gpu_binding == "per_task"
+        args.append("--gpus-per-task=1" if per_task else f"--gpus-per-node={profile.node.gpus}")
+    return [*args, *s.extra_sbatch, "--wrap=true"]
+
+
+def check_sbatch(profile: Profile) -> Check:
+    """Slurm would accept the engines' job (nothing is submitted)."""
+    status, output = _command(sbatch_test_args(profile))
+    said = " ".join(line.removeprefix("sbatch: ").strip() for line in output.splitlines())
+    if status != 0:
+        return Check(
+            "sbatch test",
+            False,
+            f"`sbatch --test-only` refused the profile's job ({said or f'exit {status}'}); fix "
+            f"slurm.partition, account, qos, time, extra_sbatch or node.gpus in {profile.source}.",
+        )
+    return Check("sbatch test", True, f"--test-only: {said}")
+
+
+def check_network(profile: Profile, mode: str, env: dict, addresses: dict[str, str]) -> Check:
+    """The controller's address (network.interface / controller_ip) exists on this host."""
+    net = profile.network
+    elsewhere = mode == "srun" and not env.get("SLURM_JOB_ID")  # the kernel runs in the job
+    if net.controller_ip:
+        if net.controller_ip in (*addresses.values(), "*", "0.0.0.0"):
+            return Check("controller", True, f"network.controller_ip {net.controller_ip}")
+        text = (
+            f"network.controller_ip = {net.controller_ip!r} is not an address of this host "
+            f"({', '.join(sorted(addresses.values())) or 'none'}); fix it in {profile.source}."
+        )
+        return Check("controller", None if elsewhere else False, text)
+    if not net.interface:
+        return Check("interface", True, "not set: loopback, or every interface when multi-node")
+    if net.interface in addresses:
+        return Check("interface", True, f"{net.interface} {addresses[net.interface]}")
+    text = (
+        f"network.interface = {net.interface!r} has no IPv4 address on this host (interfaces "
+        f"with one: {', '.join(sorted(addresses)) or 'none'}); set it in {profile.source}."
+    )
+    if elsewhere:
+        text = f"{net.interface} has none here; checked inside an allocation, where Labs run"
+    return Check("interface", None if elsewhere else False, text)
+
+
+def check_folder(label: str, path: Path, key: str, source: str) -> Check:
+    """`path` exists and takes a file, or its nearest existing parent lets it be created."""
+    fix = f"set paths.{key} in {source} (or HPCLAB_RUNS) to a folder you can write"
+    if path.exists():
+        if not path.is_dir():
+            return Check(label, False, f"{path} is a file, not a folder; {fix}.")
+        try:
+            with tempfile.NamedTemporaryFile(dir=path, prefix=".hpclab-doctor-"):
+                pass
+        except OSError as exc:
+            return Check(label, False, f"{path} is not writable ({exc.strerror}); {fix}.")
+        return Check(label, True, f"{path} (writable)")
+    parent = next(p for p in path.parents if p.exists())
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return Check(label, False, f"{path} does not exist and {parent} is not writable; {fix}.")
+    return Check(label, True, f"{path} (created when a Lab starts, under {parent})")
+
+
+def check_allreduce(choice: str, timeout: float) -> Check:
+    """2 engines through the profile's plan, Horovod on each, allreduce(rank + 1) == 3 on both."""
+    import ipyparallel as ipp
+
+    from hpclab.lab import Lab
+    from hpclab.rank import engine
+
+    start = time.perf_counter()
+    try:
+        lab = Lab(workers=WORKERS, profile=choice, verbose=False)
+    except (LabError, ConfigError, ipp.error.EngineError, ipp.error.RemoteError) as exc:
+        return Check("allreduce", False, f"the {WORKERS} engines did not start: {exc}")
+    try:
+        results = lab.view.apply_async(engine.allreduce_check).get(timeout=timeout)
+    except (TimeoutError, ipp.error.TimeoutError):
+        results = f"no answer within {timeout:g} s (raise --timeout on a slow machine)"
+    except ipp.error.RemoteError as exc:
+        results = f"{exc}"
+    finally:
+        mode = lab.launcher
+        lab.stop()
+    if isinstance(results, str):
+        return Check("allreduce", False, f"the allreduce failed ({results}); run `hpclab doctor`.")
+    values = sorted((r["rank"], r["value"]) for r in results)
+    if values != [(rank, 3.0) for rank in range(WORKERS)]:
+        return Check(
+            "allreduce",
+            False,
+            f"the ranks returned {values} instead of 3 on ranks 0 and 1; run `hpclab doctor` "
+            "to check the MPI that Horovod links against the launcher's.",
+        )
+    return Check(
+        "allreduce",
+        True,
+        f"{WORKERS} ranks via {mode} agree: 3 ({time.perf_counter() - start:.1f} s)",
+    )
+
+
+def checks(
+    profile: Profile, choice: str, env: dict, quick: bool, timeout: float
+) -> Iterator[Check]:
+    """Every check for `profile` (given as `choice`), in order; stops nothing on a failure."""
+    mode = mode_of(profile, env)
+    done = [*check_launcher(profile, mode)]
+    yield from done
+    if mode in ("srun", "sbatch") and all(c.ok for c in done):
+        done.append(check_srun_mpi(profile))
+        yield done[-1]
+    if mode == "sbatch" and all(c.ok for c in done):
+        done.append(check_sbatch(profile))
+        yield done[-1]
+    net = profile.network
+    addresses = host.interfaces() if (net.interface or net.controller_ip) else {}
+    done.append(check_network(profile, mode, env, addresses))
+    yield done[-1]
+    runs, _ = profiles.folders(profile)
+    state = Path(profile.paths.state).expanduser() if profile.paths.state else runs / ".state"
+    for label, path, key in (("runs folder", runs, "runs"), ("state folder", state, "state")):
+        done.append(check_folder(label, path, key, profile.source))
+        yield done[-1]
+    if quick:
+        yield Check("allreduce", None, "(--quick)")
+    elif mode == "srun" and not env.get("SLURM_JOB_ID"):
+        inside = f"salloc -n{WORKERS} hpclab doctor --profile {choice}"
+        yield Check("allreduce", None, f"srun needs an allocation: run `{inside}`")
+    elif any(c.ok is False for c in done):
+        yield Check("allreduce", None, "fix the failures above first")
+    else:
+        print(f"  {'allreduce':<14}starting {WORKERS} engines ({mode}) ...", flush=True)
+        yield check_allreduce(choice, timeout)
+
+
+def run(args: argparse.Namespace) -> int:
+    """``hpclab doctor --profile X``: 0 when every check passes (skips allowed), else 1."""
+    env = dict(os.environ)
+    profile = profiles.load(args.profile, env)  # an unknown or invalid profile: ConfigError
+    mode = mode_of(profile, env)
+    auto = (
+        " (srun inside an allocation)" if profile.launch.mode == "auto" and mode != "srun" else ""
+    )
+    print(f"Profile {profile.name} ({profile.source}): engines by {mode}{auto}", flush=True)
+    start = time.perf_counter()
+    results = []
+    for check in checks(profile, args.profile, env, args.quick, args.timeout):
+        print(check.line(), flush=True)
+        results.append(check)
+    failed = [c for c in results if c.ok is False]
+    for check in failed:
+        print(f"hpclab doctor: {check.text}", file=sys.stderr, flush=True)
+    if failed:
+        return 1
+    skipped = sum(c.ok is None for c in results)
+    print(
+        f"\nhpclab doctor: profile {profile.name} OK ({len(results) - skipped} passed, "
+        f"{skipped} skipped) in {time.perf_counter() - start:.1f} s",
+        flush=True,
+    )
+    return 0
+
+
+__all__ = ["Check", "add_arguments", "run", "checks", "mpi_plugins", "mode_of"]
