@@ -40,6 +40,8 @@ class EngineSet:
         self.job_id: str = ""  # mode sbatch: the engines' job; mode srun: the enclosing job
         self.phases: dict[str, float] = {}
         self.failed = False  # a failed start keeps its state folder (logs, batch script)
+        self._output_file = ""  # where the launcher's output goes (ipyparallel names it)
+        self._engine_set = None
 
     def start(self):
         """Start everything and return a connected client with all engines registered; on any
@@ -59,6 +61,8 @@ class EngineSet:
             self.cluster.start_controller_sync()
             self.phases["controller_s"] = time.perf_counter() - t0
             self.cluster.start_engines_sync(plan.workers)
+            self._engine_set = self.cluster.engine_set
+            self._output_file = getattr(self._engine_set, "output_file", "")
             if plan.mode == "sbatch":
                 self.job_id = str(self.cluster.engine_set.job_id)
                 self._wait_for_queue()
@@ -202,11 +206,13 @@ class EngineSet:
 
     def output(self) -> str:
         """What the launcher (mpiexec, srun, the batch job) and the engines printed."""
-        path = self.plan.output_file
+        path = self._output_file or self.plan.output_file
         if os.path.isfile(path):  # read the file: ipyparallel caches get_output() on first call
             with open(path, errors="replace") as f:
                 return f.read()
-        return ""
+        # In a notebook ipyparallel notices the launcher's exit itself, reads the file into its
+        # cache and removes it (BaseLauncher._log_output): take the cached text then.
+        return getattr(self._engine_set, "_output", None) or ""
 
 
 def _bounded(call, seconds: float) -> bool:

@@ -73,6 +73,8 @@ class LaunchPlan:
 
     @property
     def output_file(self) -> str:
+        """The engines' job log (mode sbatch; under mpiexec/srun ipyparallel names the file in
+        state_dir/log itself)."""
         return str(Path(self.state_dir) / "engines.log")
 
     @property
@@ -107,7 +109,6 @@ class LaunchPlan:
         if self.mode in ("mpiexec", "srun"):
             c.MPILauncher.mpi_cmd = list(self.launch_cmd)
             c.MPILauncher.mpi_args = list(self.launch_args)
-            c.MPIEngineSetLauncher.output_file = self.output_file
         else:
             c.SlurmEngineSetLauncher.batch_template = self.batch_script
             c.SlurmEngineSetLauncher.batch_file_name = self.batch_file  # absolute: joins to itself
@@ -274,6 +275,9 @@ def plan_launch(
         f"--cpus-per-task={threads}",
         "--cpu-bind=cores",
         "--kill-on-bad-exit=1",
+        # srun inherits SLURM_EXPORT_ENV from `sbatch --export=...` (batchspawner's job exports a
+        # list of variables): then the engines would never see IPP_CONNECTION_INFO
+        "--export=ALL",
     ]
     if mode == "srun":
         total = _cpus_in_allocation(env)

@@ -239,14 +239,16 @@ class TestUser:
         (self.home / USER_MARKER).write_text("created by tests/slurm/hub.py; safe to delete\n")
 
     def pids(self) -> list[int]:
-        r = subprocess.run(["pgrep", "-u", self.name], capture_output=True, text=True)
-        return [int(p) for p in r.stdout.split()]
+        """Live processes of the user. Zombies are left out: they have exited and wait for
+        PID 1 (this VM's init) to reap them, which can take a while after their parent died."""
+        return [int(line.split()[0]) for line in self.processes()]
 
     def processes(self) -> list[str]:
         r = subprocess.run(
-            ["ps", "-o", "pid=,args=", "-u", self.name], capture_output=True, text=True
+            ["ps", "-o", "pid=,stat=,args=", "-u", self.name], capture_output=True, text=True
         )
-        return [line.strip()[:200] for line in r.stdout.splitlines() if line.strip()]
+        rows = [line.split(None, 2) for line in r.stdout.splitlines() if line.strip()]
+        return [f"{row[0]} {row[-1]}"[:200] for row in rows if not row[1].startswith("Z")]
 
     def chown(self, path: Path) -> None:
         os.chown(path, self.uid, self.gid)

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pytest
 from browser_util import accept_dialogs, launch, need_chromium, record_console, screenshot
+from test_browser import PLOT_POINTS_JS, PRESET
 
 from . import hub as hubmod
 
@@ -67,9 +68,12 @@ def _user_settings(user: hubmod.TestUser) -> None:
 
 @pytest.fixture
 def hub_env() -> dict[str, str]:
-    """Extra environment for the user's JupyterLab job (Spawner.environment): the hook for
-    HPCLAB_PROFILE / HPCLAB_PROFILE_PATH once the CI profiles exist."""
-    return {}
+    """Extra environment for the user's JupyterLab job (Spawner.environment): the profile, as a
+    centre's hub sets it (`hpclab profiles ci --hub-snippet`)."""
+    return {
+        "HPCLAB_PROFILE": "ci",
+        "HPCLAB_PROFILE_PATH": str(hubmod.ROOT / "tests/slurm/profiles"),
+    }
 
 
 @pytest.fixture
@@ -94,6 +98,7 @@ def hub(request, slurm, hub_env):
         grants = hubmod.grant_traverse(USER, paths)
         print(f"\ntest_hub: ACL user:{USER}:--x added on: {grants}")
         _user_settings(user)
+        write_notebook(user)
         check = user.run(
             [python, "-c", "import hpclab, horovod, jupyterhub, batchspawner, jupyterlab"],
             env={**slurm.env, "HOME": str(user.home)},
@@ -106,7 +111,9 @@ def hub(request, slurm, hub_env):
             f"the test user cannot talk to Slurm: {sinfo.stdout}{sinfo.stderr}"
         )
         t_hub = time.monotonic()
-        server = hubmod.Hub(slurm, workdir, user, environment=hub_env)
+        # batchspawner's default `srun {cmd}`: the JupyterLab step holds the job's CPUs, so the
+        # engines' srun starts only because the Lab adds --overlap by itself (what sites see)
+        server = hubmod.Hub(slurm, workdir, user, environment=hub_env, srun="srun")
         server.start()
         print(
             f"test_hub: user and checks {t_hub - t0:.1f} s, hub answering after "
@@ -157,18 +164,66 @@ def _loopback_only(server: hubmod.Hub) -> list[str]:
     return bad
 
 
-def notebook_step(page, server: hubmod.Hub) -> None:
-    """PLACEHOLDER — the notebook part of design 3.5 step 6, to be filled in once `Lab` works
-    under srun inside the hub's job.
+NOTEBOOK = "hub.ipynb"
+# The profile comes from HPCLAB_PROFILE (the hub's Spawner.environment), as a centre would set it.
+CELLS = [
+    "import hpclab\nfrom hpclab.views.panel import Panel",
+    "lab = hpclab.Lab(workers=2)\nprint('LAUNCH', lab.plan.record())",
+    f"panel = Panel(lab, base={PRESET})\npanel",
+]
 
-    Intended: put a notebook in the user's home (cells like tests/test_browser.py's CELLS with
-    `from hpclab import Lab; lab = Lab(workers=2); lab.panel()`, the profile coming from
-    HPCLAB_PROFILE in the `hub_env` fixture), open `/user/<name>/lab/tree/<nb>.ipynb`, Run All,
-    change a knob, Run, wait for the live chart to gain points (test_browser.PLOT_POINTS_JS),
-    Stop; assert the engines were srun steps of the hub's job (`squeue --steps`), and screenshot
-    test-artifacts/hub-panel.png. The hub's REST stop afterwards must then also end the engines.
-    """
-    return None
+
+def write_notebook(user: hubmod.TestUser) -> None:
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)",
+                                 "language": "python"}  # fmt: skip
+    nb.cells = [nbformat.v4.new_code_cell(src) for src in CELLS]
+    path = user.home / NOTEBOOK
+    nbformat.write(nb, path)
+    user.chown(path)
+
+
+def notebook_step(page, server: hubmod.Hub, slurm) -> None:
+    """Design 3.5 step 6: the notebook in the hub's job starts 2 engines as an `srun --overlap`
+    step of that job, the panel trains, the live chart gains points, Stop stops."""
+    page.goto(f"{server.url}/user/{USER}/lab/tree/{NOTEBOOK}")
+    page.locator(".jp-Notebook").first.wait_for(state="visible", timeout=90_000)
+    accept_dialogs(page, 2)
+    page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
+    page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
+    accept_dialogs(page, 1)
+    run_button = page.locator("button.hpclab-run")
+    run_button.wait_for(state="visible", timeout=180_000)  # engines + Horovod started
+    launch = page.locator(".jp-OutputArea-output", has_text="LAUNCH").first.inner_text()
+    assert "'mode': 'srun'" in launch and "--overlap" in launch and "'profile': 'ci'" in launch
+    steps = slurm.run(["squeue", "--steps", "-h", "-u", USER, "-o", "%i %j"]).stdout
+    assert any(line.split()[1].startswith("hpclab-") for line in steps.splitlines()), steps
+    status = page.locator(".hpclab-status")
+    wait_until(lambda: run_button.is_enabled() and status.inner_text().strip() == "ready", 30)
+    run_button.click(timeout=90_000)
+    wait_until(lambda: status.inner_text().startswith("running"), 90)
+    first = wait_until(lambda: max(0, page.evaluate(PLOT_POINTS_JS)) >= 2 and
+                       page.evaluate(PLOT_POINTS_JS), 240)  # fmt: skip
+    time.sleep(3)
+    second = page.evaluate(PLOT_POINTS_JS)
+    assert second > first, f"the chart did not grow ({first} → {second})"
+    page.evaluate("document.querySelector('.hpclab-panel').scrollIntoView({block: 'start'})")
+    screenshot(page, "hub-panel.png")
+    page.locator("button.hpclab-stop").click(timeout=90_000)
+    wait_until(lambda: status.inner_text().startswith("stopped at step"), 60)
+    print(f"test_hub: panel trained in the hub's job, chart {first} → {second} points; {steps!r}")
+
+
+def wait_until(predicate, timeout: float):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.25)
+    raise AssertionError(f"timed out after {timeout} s")
 
 
 def test_hub_spawns_jupyterlab_as_slurm_job_in_browser(request, hub, slurm):
@@ -224,7 +279,7 @@ def test_hub_spawns_jupyterlab_as_slurm_job_in_browser(request, hub, slurm):
             assert user.pids(), "no process of the user while the server runs?"
             screenshot(page, "hub-lab.png")
 
-            notebook_step(page, hub)
+            notebook_step(page, hub, slurm)
 
             # stop through the REST API with the service token: job and processes must go
             t_stop = time.monotonic()
