@@ -19,6 +19,7 @@ import sys
 import textwrap
 import threading
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -179,6 +180,27 @@ def test_start_and_stop_by_pid(tmp_path):
     lab.stop()  # stopping twice is fine
     with pytest.raises(LabError, match="this lab is stopped"):
         lab.run(RunConfig(num_samples=4000, epochs=1))
+
+
+@pytest.mark.mpi
+def test_a_users_ipcluster_config_never_leaks_in_and_state_is_private(tmp_path, monkeypatch):
+    """ipyparallel loads ~/.ipython/profile_default/ipcluster_config.py by default; a Lab uses a
+    private 0700 state folder instead (here the user's file would break mpiexec and time out)."""
+    ipython = tmp_path / "ipython" / "profile_default"
+    ipython.mkdir(parents=True)
+    (ipython / "ipcluster_config.py").write_text(
+        "c.MPILauncher.mpi_args = ['--no-such-mpiexec-flag']\nc.Cluster.engine_timeout = 1\n"
+    )
+    monkeypatch.setenv("IPYTHONDIR", str(tmp_path / "ipython"))
+    monkeypatch.delenv("HPCLAB_PROFILE", raising=False)
+    runs = tmp_path / "runs"
+    with Lab(workers=2, runs_dir=runs, verbose=False) as lab:
+        state = Path(lab.plan.state_dir)
+        assert state.parent == runs / ".state" and oct(state.stat().st_mode & 0o777) == "0o700"
+        assert lab.profile.name == "local" and lab.profile_reason == "auto: default"
+        assert [r["size"] for r in lab.ranks] == [2, 2]
+        assert not list(runs.glob(".probe-*"))  # the shared-folder probe is cleaned up
+    assert not state.exists()  # a clean stop removes it
 
 
 HOROVOD_KEYS = ("HOROVOD_CYCLE_TIME", "HOROVOD_FUSION_THRESHOLD")

@@ -21,6 +21,7 @@ from hpclab import profiles
 from hpclab.errors import ConfigError
 from hpclab.launch import LaunchPlan
 from hpclab.profiles import Profile
+from hpclab.tools.cli_run import positive_int
 
 DEFAULT_WORKERS = 2
 #: The JupyterLab step of a batchspawner job: one task, and --overlap so the engines' srun step
@@ -39,16 +40,6 @@ class _Options(argparse.ArgumentParser):
         raise ConfigError(f"{message} (see `hpclab profiles --help`).")
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer >= 1")
-    return value
-
-
 _OPTIONS = {  # option -> (metavar: a count; None: a flag, one of the two outputs), help
     "--workers": ("N", f"engines the plan, snippet or job is for (default {DEFAULT_WORKERS})"),
     "--threads-per-worker": ("T", "threads per engine (default 1; node.threads_per_worker wins)"),
@@ -62,7 +53,7 @@ def _add_options(parser: argparse.ArgumentParser) -> None:
     outputs = parser.add_mutually_exclusive_group()
     for flag, (metavar, text) in _OPTIONS.items():
         if metavar:
-            parser.add_argument(flag, type=_positive, metavar=metavar, help=text)
+            parser.add_argument(flag, type=positive_int, metavar=metavar, help=text)
         else:
             outputs.add_argument(flag, action="store_true", help=text)
 

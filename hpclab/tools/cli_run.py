@@ -34,7 +34,7 @@ EXIT_CODES = {
 # ---------------------------------------------------------------------------------------------
 
 
-def _positive_int(text: str) -> int:
+def positive_int(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
@@ -44,11 +44,11 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _positive_ints(text: str) -> list[int]:
+def positive_ints(text: str) -> list[int]:
     items = [t for t in text.split(",") if t.strip()]
     if not items:
         raise argparse.ArgumentTypeError("no value given")
-    return [_positive_int(t.strip()) for t in items]
+    return [positive_int(t.strip()) for t in items]
 
 
 def _add_lab_options(parser: argparse.ArgumentParser, *, many: bool) -> None:
@@ -56,7 +56,7 @@ def _add_lab_options(parser: argparse.ArgumentParser, *, many: bool) -> None:
     if many:
         group.add_argument(
             "--workers",
-            type=_positive_ints,
+            type=positive_ints,
             default=[2],
             metavar="N[,N...]",
             help="MPI workers (Horovod ranks); several sizes restart the engines "
@@ -65,14 +65,14 @@ def _add_lab_options(parser: argparse.ArgumentParser, *, many: bool) -> None:
     else:
         group.add_argument(
             "--workers",
-            type=_positive_int,
+            type=positive_int,
             default=2,
             metavar="N",
             help="MPI workers (Horovod ranks) (default: 2)",
         )
     group.add_argument(
         "--threads-per-worker",
-        type=_positive_int,
+        type=positive_int,
         default=1,
         metavar="N",
         help="CPU threads per worker (default: 1)",
@@ -86,7 +86,7 @@ def _add_lab_options(parser: argparse.ArgumentParser, *, many: bool) -> None:
     )
     group.add_argument(
         "--nodes",
-        type=_positive_int,
+        type=positive_int,
         default=0,
         metavar="N",
         help="spread the workers over N nodes (Slurm; default: as the allocation places them)",

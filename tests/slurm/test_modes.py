@@ -178,3 +178,17 @@ def test_c_headless_batch_job_runs_once_and_scancel_term_keeps_a_stopped_record(
     record = json.loads((Path(stopped["path"]) / "summary.json").read_text())
     assert record["status"] == "stopped"
     assert_nothing_left(slurm)
+
+
+def test_doctor_checks_a_profile_on_the_real_cluster(slurm):
+    """`hpclab doctor --profile ci` inside an allocation: plugin offered, folders, and a real
+    2-rank allreduce through the profile's srun plan."""
+    env = {**slurm.env, "HPCLAB_PROFILE_PATH": str(PROFILES)}
+    r = slurm.run(
+        ["salloc", "-p", "debug", "-N1", "-n2", "-c1",
+         PY, "-m", "hpclab.tools.cli", "doctor", "--profile", "ci"],
+        env=env, timeout=180, cwd=HERE.parents[1],
+    )  # fmt: skip
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "pmi2" in r.stdout and "allreduce" in r.stdout and "FAILED" not in r.stdout
+    assert_nothing_left(slurm)
