@@ -58,6 +58,20 @@ def accept_dialogs(page, seconds: float) -> None:
         time.sleep(0.25)
 
 
+def run_all_cells_until_panel(page, url: str, dialogs: float = 3):
+    """Open the notebook at `url`, Run → Run All Cells as a student would, and return the panel's
+    Run button once it shows (the engines and Horovod have started)."""
+    page.goto(url)
+    page.locator(".jp-Notebook").first.wait_for(state="visible", timeout=90_000)
+    accept_dialogs(page, dialogs)
+    page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
+    page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
+    accept_dialogs(page, 1)
+    run_button = page.locator("button.hpclab-run")
+    run_button.wait_for(state="visible", timeout=180_000)
+    return run_button
+
+
 def screenshot(page, name: str) -> Path:
     ARTIFACTS.mkdir(exist_ok=True)
     path = ARTIFACTS / name

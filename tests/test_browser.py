@@ -24,8 +24,7 @@ import time
 from pathlib import Path
 
 import pytest
-from browser_util import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS
-from browser_util import accept_dialogs as _accept_dialogs
+from browser_util import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, run_all_cells_until_panel
 from browser_util import free_port as _free_port
 from browser_util import need_chromium as _need_chromium
 from browser_util import screenshot as _screenshot
@@ -281,17 +280,9 @@ def test_panel_runs_and_charts_live_in_jupyterlab(jupyterlab):
                 ),
             )
             page.on("pageerror", lambda e: console.append(f"pageerror: {e}"))
-            page.goto(f"{jupyterlab.url}/lab/tree/panel.ipynb?token={jupyterlab.token}")
-            page.locator(".jp-Notebook").first.wait_for(state="visible", timeout=90_000)
-            _accept_dialogs(page, 3)
-
-            # Run → Run All Cells, as a student would
-            page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
-            page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
-            _accept_dialogs(page, 1)
-
-            run_button = page.locator("button.hpclab-run")
-            run_button.wait_for(state="visible", timeout=180_000)  # engines + Horovod started
+            run_button = run_all_cells_until_panel(
+                page, f"{jupyterlab.url}/lab/tree/panel.ipynb?token={jupyterlab.token}"
+            )
             jupyterlab.remember_processes()
             assert run_button.inner_text().strip() == "Run"
             _wait_for(run_button.is_enabled, 30, "the Run button to be enabled", page)

@@ -26,7 +26,14 @@ import time
 from pathlib import Path
 
 import pytest
-from browser_util import accept_dialogs, launch, need_chromium, record_console, screenshot
+from browser_util import (
+    accept_dialogs,
+    launch,
+    need_chromium,
+    record_console,
+    run_all_cells_until_panel,
+    screenshot,
+)
 from test_browser import PLOT_POINTS_JS, PRESET
 
 from . import hub as hubmod
@@ -188,14 +195,7 @@ def write_notebook(user: hubmod.TestUser) -> None:
 def notebook_step(page, server: hubmod.Hub, slurm) -> None:
     """Design 3.5 step 6: the notebook in the hub's job starts 2 engines as an `srun --overlap`
     step of that job, the panel trains, the live chart gains points, Stop stops."""
-    page.goto(f"{server.url}/user/{USER}/lab/tree/{NOTEBOOK}")
-    page.locator(".jp-Notebook").first.wait_for(state="visible", timeout=90_000)
-    accept_dialogs(page, 2)
-    page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
-    page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
-    accept_dialogs(page, 1)
-    run_button = page.locator("button.hpclab-run")
-    run_button.wait_for(state="visible", timeout=180_000)  # engines + Horovod started
+    run_button = run_all_cells_until_panel(page, f"{server.url}/user/{USER}/lab/tree/{NOTEBOOK}", 2)
     launch = page.locator(".jp-OutputArea-output", has_text="LAUNCH").first.inner_text()
     assert "'mode': 'srun'" in launch and "--overlap" in launch and "'profile': 'ci'" in launch
     steps = slurm.run(["squeue", "--steps", "-h", "-u", USER, "-o", "%i %j"]).stdout
