@@ -72,6 +72,23 @@ def run_all_cells_until_panel(page, url: str, dialogs: float = 3):
     return run_button
 
 
+def panel_status(page) -> str:
+    return page.locator(".hpclab-status").inner_text()
+
+
+def wait_for(predicate, timeout: float, what: str, page=None):
+    """`predicate()`'s first truthy value within `timeout` s; else an AssertionError naming
+    `what` (and the panel's status line when `page` is given)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.25)
+    status = f" (panel status: {panel_status(page)!r})" if page is not None else ""
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}{status}")
+
+
 def screenshot(page, name: str) -> Path:
     ARTIFACTS.mkdir(exist_ok=True)
     path = ARTIFACTS / name

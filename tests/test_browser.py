@@ -24,7 +24,14 @@ import time
 from pathlib import Path
 
 import pytest
-from browser_util import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, run_all_cells_until_panel
+from browser_util import (
+    ARTIFACTS,
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    panel_status,
+    run_all_cells_until_panel,
+    wait_for,
+)
 from browser_util import free_port as _free_port
 from browser_util import need_chromium as _need_chromium
 from browser_util import screenshot as _screenshot
@@ -246,21 +253,6 @@ def jupyterlab(tmp_path):
         )
 
 
-def _status(page) -> str:
-    return page.locator(".hpclab-status").inner_text()
-
-
-def _wait_for(predicate, timeout: float, what: str, page=None):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.25)
-    status = f" (panel status: {_status(page)!r})" if page is not None else ""
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}{status}")
-
-
 def test_panel_runs_and_charts_live_in_jupyterlab(jupyterlab):
     from playwright.sync_api import sync_playwright
 
@@ -285,8 +277,8 @@ def test_panel_runs_and_charts_live_in_jupyterlab(jupyterlab):
             )
             jupyterlab.remember_processes()
             assert run_button.inner_text().strip() == "Run"
-            _wait_for(run_button.is_enabled, 30, "the Run button to be enabled", page)
-            assert _status(page).strip() == "ready"
+            wait_for(run_button.is_enabled, 30, "the Run button to be enabled", page)
+            assert panel_status(page).strip() == "ready"
             page.evaluate(
                 "document.querySelector('.hpclab-panel').scrollIntoView({block: 'start'})"
             )
@@ -302,13 +294,13 @@ def test_panel_runs_and_charts_live_in_jupyterlab(jupyterlab):
             page.get_by_text("× 2 workers = 128 global").wait_for(timeout=30_000)
 
             run_button.click(timeout=90_000)
-            _wait_for(lambda: _status(page).startswith("running"), 90, "status 'running'", page)
+            wait_for(lambda: panel_status(page).startswith("running"), 90, "status 'running'", page)
             assert run_button.is_disabled()
             assert page.locator("button.hpclab-stop").is_enabled()
             jupyterlab.remember_processes()
 
             # the live chart gains points while the run trains
-            first = _wait_for(
+            first = wait_for(
                 lambda: (
                     max(0, page.evaluate(PLOT_POINTS_JS)) >= 2 and page.evaluate(PLOT_POINTS_JS)
                 ),
@@ -318,7 +310,7 @@ def test_panel_runs_and_charts_live_in_jupyterlab(jupyterlab):
             )
             time.sleep(3)
             second = page.evaluate(PLOT_POINTS_JS)
-            status = _status(page)
+            status = panel_status(page)
             assert second > first, f"the chart did not grow in 3 s ({first} → {second}): {status}"
             assert status.startswith("running: step"), status
             assert page.evaluate(SUBPLOTS_JS) == 5
@@ -335,15 +327,18 @@ def test_panel_runs_and_charts_live_in_jupyterlab(jupyterlab):
             # training, the browser may draw one frame a second: a click can take a while to land.)
             page.locator("button.hpclab-stop").click(timeout=90_000)
             t_click = time.monotonic()
-            _wait_for(
-                lambda: _status(page).startswith("stopped at step"), 60, "status 'stopped'", page
+            wait_for(
+                lambda: panel_status(page).startswith("stopped at step"),
+                60,
+                "status 'stopped'",
+                page,
             )
             print(
                 f"test_browser: 'stopped' shown {time.monotonic() - t_click:.1f} s after the "
                 "Stop click"
             )
             assert page.evaluate(SUBPLOTS_JS) == 5
-            _wait_for(run_button.is_enabled, 5, "Run to be enabled again", page)
+            wait_for(run_button.is_enabled, 5, "Run to be enabled again", page)
             assert page.locator("button.hpclab-stop").is_disabled()
             _screenshot(page, "browser-panel-stopped.png")
         except Exception:

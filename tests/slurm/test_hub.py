@@ -33,6 +33,7 @@ from browser_util import (
     record_console,
     run_all_cells_until_panel,
     screenshot,
+    wait_for,
 )
 from test_browser import PLOT_POINTS_JS, PRESET
 
@@ -201,29 +202,21 @@ def notebook_step(page, server: hubmod.Hub, slurm) -> None:
     steps = slurm.run(["squeue", "--steps", "-h", "-u", USER, "-o", "%i %j"]).stdout
     assert any(line.split()[1].startswith("hpclab-") for line in steps.splitlines()), steps
     status = page.locator(".hpclab-status")
-    wait_until(lambda: run_button.is_enabled() and status.inner_text().strip() == "ready", 30)
+    wait_for(lambda: run_button.is_enabled() and status.inner_text().strip() == "ready", 30,
+             "the Run button and status 'ready'", page)  # fmt: skip
     run_button.click(timeout=90_000)
-    wait_until(lambda: status.inner_text().startswith("running"), 90)
-    first = wait_until(lambda: max(0, page.evaluate(PLOT_POINTS_JS)) >= 2 and
-                       page.evaluate(PLOT_POINTS_JS), 240)  # fmt: skip
+    wait_for(lambda: status.inner_text().startswith("running"), 90, "status 'running'", page)
+    points = page.evaluate
+    first = wait_for(lambda: max(0, points(PLOT_POINTS_JS)) >= 2 and points(PLOT_POINTS_JS), 240,
+                     "the first points", page)  # fmt: skip
     time.sleep(3)
     second = page.evaluate(PLOT_POINTS_JS)
     assert second > first, f"the chart did not grow ({first} → {second})"
     page.evaluate("document.querySelector('.hpclab-panel').scrollIntoView({block: 'start'})")
     screenshot(page, "hub-panel.png")
     page.locator("button.hpclab-stop").click(timeout=90_000)
-    wait_until(lambda: status.inner_text().startswith("stopped at step"), 60)
+    wait_for(lambda: status.inner_text().startswith("stopped at step"), 60, "'stopped'", page)
     print(f"test_hub: panel trained in the hub's job, chart {first} → {second} points; {steps!r}")
-
-
-def wait_until(predicate, timeout: float):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.25)
-    raise AssertionError(f"timed out after {timeout} s")
 
 
 def test_hub_spawns_jupyterlab_as_slurm_job_in_browser(request, hub, slurm):
