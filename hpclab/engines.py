@@ -40,8 +40,7 @@ class EngineSet:
         self.job_id: str = ""  # mode sbatch: the engines' job; mode srun: the enclosing job
         self.phases: dict[str, float] = {}
         self.failed = False  # a failed start keeps its state folder (logs, batch script)
-        self._output_file = ""  # where the launcher's output goes (ipyparallel names it)
-        self._engine_set = None
+        self._engine_set = None  # ipyparallel's launcher; kept: the cluster forgets a stopped one
 
     def start(self):
         """Start everything and return a connected client with all engines registered; on any
@@ -62,9 +61,8 @@ class EngineSet:
             self.phases["controller_s"] = time.perf_counter() - t0
             self.cluster.start_engines_sync(plan.workers)
             self._engine_set = self.cluster.engine_set
-            self._output_file = getattr(self._engine_set, "output_file", "")
             if plan.mode == "sbatch":
-                self.job_id = str(self.cluster.engine_set.job_id)
+                self.job_id = self._engine_set.job_id
                 self._wait_for_queue()
             elif plan.mode == "srun":
                 self.job_id = os.environ.get("SLURM_JOB_ID", "")
@@ -128,8 +126,7 @@ class EngineSet:
         if self.plan.mode == "sbatch":
             state = slurm.job_state(self.job_id)
             return "" if state else f"the engines' job {self.job_id} left the queue"
-        engine_set = self.cluster.engine_set if self.cluster is not None else None
-        code = engine_set.poll() if engine_set is not None else None
+        code = self._engine_set.poll()
         return "" if code is None else f"{self.plan.launch_cmd[0]} exited with status {code}"
 
     def _wait_for_queue(self) -> None:
@@ -198,7 +195,7 @@ class EngineSet:
             log.warning("aborting the engines reported %r; call lab.restart().", exc)
 
     def _cancel_leftovers(self, signal: str | None = None) -> None:
-        if self.plan.mode == "sbatch" and self.job_id and self.job_id != "None":
+        if self.plan.mode == "sbatch" and self.job_id:
             slurm.cancel(self.job_id, signal=signal)
         elif self.plan.mode == "srun" and self.job_id:
             for step in slurm.steps_named(self.job_id, self.plan.job_name):
@@ -206,7 +203,7 @@ class EngineSet:
 
     def output(self) -> str:
         """What the launcher (mpiexec, srun, the batch job) and the engines printed."""
-        path = self._output_file or self.plan.output_file
+        path = getattr(self._engine_set, "output_file", "") or self.plan.output_file
         if os.path.isfile(path):  # read the file: ipyparallel caches get_output() on first call
             with open(path, errors="replace") as f:
                 return f.read()
