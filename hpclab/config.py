@@ -57,8 +57,10 @@ class RunConfig:
     base_lr: float = knob(0.05, "learning rate that works at `base_batch`")
     base_batch: int = knob(64, "the global batch `base_lr` was tuned for")
     lr_scaling: str = knob("linear", "how the peak LR follows the global batch")
-    warmup_epochs: float = knob(1.0, "linear ramp from base_lr to the peak LR (Goyal et al. 2017)")
-    lr_schedule: str = knob("constant", "what follows warm-up")
+    warmup_epochs: float = knob(
+        1.0, "linear ramp up to the peak LR from peak x base_batch / global batch (Goyal et al.)"
+    )
+    lr_schedule: str = knob("constant", "what follows warm-up: constant, cosine or poly (LARS)")
     momentum: float = knob(0.9, "momentum / lars / lamb(beta1) / adam(beta1)")
     weight_decay: float = knob(0.0, "L2 coefficient (decoupled for lamb, in-gradient for lars)")
     lars_eta: float = knob(0.001, "LARS trust coefficient (You et al. 2017)")
@@ -118,19 +120,42 @@ class RunConfig:
         steps = max(1, int(math.ceil(self.epochs * self.steps_per_epoch(workers))))
         return min(steps, self.max_steps) if self.max_steps else steps
 
+    def warmup_start_lr(self, workers: int) -> float | None:
+        """The LR warm-up starts from; None when the global batch is no larger than base_batch
+        (nothing to warm up: see :func:`hpclab.scaling.warmup_start_lr`)."""
+        return scaling.warmup_start_lr(
+            self.peak_lr(workers), self.global_batch(workers), self.base_batch
+        )
+
     def warmup_steps(self, workers: int) -> int:
+        """Steps of the warm-up ramp: 0 when there is nothing to warm up."""
+        if self.warmup_start_lr(workers) is None:
+            return 0
         return int(round(self.warmup_epochs * self.steps_per_epoch(workers)))
 
     def lr_at(self, step: int, workers: int) -> float:
         """Learning rate used for optimizer step `step` (0-based)."""
+        start = self.warmup_start_lr(workers)
         return scaling.lr_at_step(
             step,
-            base_lr=self.base_lr,
+            start_lr=self.peak_lr(workers) if start is None else start,
             peak_lr=self.peak_lr(workers),
             warmup_steps=self.warmup_steps(workers),
             total_steps=self.total_steps(workers),
             schedule=self.lr_schedule,
         )
+
+    def warmup_text(self, workers: int) -> str:
+        """What warm-up does in this run, in words (the panel and the CLI print it)."""
+        steps, start = self.warmup_steps(workers), self.warmup_start_lr(workers)
+        if steps:
+            return f"warm-up {steps} steps from lr {start:.4g} up to {self.peak_lr(workers):.4g}"
+        if self.warmup_epochs > 0 and start is None:
+            return (
+                f"no warm-up (global batch {self.global_batch(workers)} is not larger than "
+                f"base_batch {self.base_batch}: nothing to warm up)"
+            )
+        return "no warm-up"
 
     def derived(self, workers: int) -> dict:
         """The numbers worth printing before a run starts."""
@@ -141,23 +166,27 @@ class RunConfig:
             "steps_per_epoch": self.steps_per_epoch(workers),
             "total_steps": self.total_steps(workers),
             "warmup_steps": self.warmup_steps(workers),
+            "warmup_start_lr": self.warmup_start_lr(workers)
+            if self.warmup_steps(workers)
+            else None,
             "train_samples_per_worker": self.train_size() // workers,
         }
 
     def label(self, workers: int | None = None) -> str:
         """A short human label for legends: the name, or the knobs that usually differ;
         with `workers`, followed by the worker count (`b64 linear+wu1 ×2`). The one place a
-        run's label is made."""
-        if workers is not None:
-            return f"{self.label()} ×{workers}"
+        run's label is made. `+wu<epochs>` appears only when the run ramps: with `workers`
+        known, a global batch no larger than base_batch has no warm-up and no such label."""
         if self.name:
-            return self.name
-        opt = f"{self.optimizer} " if self.optimizer in ("lars", "lamb", "adam") else ""
-        # warm-up ramps from base_lr to the scaled peak, so with no scaling there is no ramp
-        ramps = self.warmup_epochs and self.lr_scaling != "none"
-        warm = f"+wu{self.warmup_epochs:g}" if ramps else ""
-        prec = "" if self.precision == "float32" else f" {self.precision.replace('mixed_', '')}"
-        return f"b{self.batch_per_worker} {opt}{self.lr_scaling}{warm}{prec}"
+            core = self.name
+        else:
+            opt = f"{self.optimizer} " if self.optimizer in ("lars", "lamb", "adam") else ""
+            ramps = self.warmup_epochs > 0 if workers is None else self.warmup_steps(workers) > 0
+            warm = f"+wu{self.warmup_epochs:g}" if ramps else ""
+            sched = "" if self.lr_schedule == "constant" else f" {self.lr_schedule}"
+            prec = "" if self.precision == "float32" else f" {self.precision.replace('mixed_', '')}"
+            core = f"b{self.batch_per_worker} {opt}{self.lr_scaling}{warm}{sched}{prec}"
+        return core if workers is None else f"{core} ×{workers}"
 
     # -- (de)serialisation ------------------------------------------------------------------------
     def to_dict(self) -> dict:

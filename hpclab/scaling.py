@@ -2,7 +2,11 @@
 
 * Linear scaling rule and gradual warm-up: Goyal et al. 2017, "Accurate, Large Minibatch SGD:
   Training ImageNet in 1 Hour", arXiv:1706.02677 — lr = base_lr * B / B_base, reached by a linear
-  ramp from base_lr over the first epochs.
+  ramp that starts at the small-batch LR base_lr (sec. 2.2). The ramp always starts at
+  peak * B_base / B (:func:`warmup_start_lr`): base_lr under the linear rule, and a ramp *up* under
+  every rule; a global batch no larger than B_base has nothing to warm up.
+* Polynomial decay after warm-up, lr = peak * (1 - progress)^2: the LARS paper's schedule
+  (You et al. 2017, sec. 6, "polynomial (power=2) decay").
 * Square-root scaling: lr = base_lr * sqrt(B / B_base) (Krizhevsky 2014, arXiv:1404.5997; the
   variance argument of Hoffer et al. 2017, arXiv:1705.08741).
 * LARS trust ratio: You, Gitman, Ginsburg 2017, "Large Batch Training of Convolutional Networks",
@@ -33,10 +37,27 @@ def scaled_lr(base_lr: float, global_batch: int, base_batch: int, rule: str) -> 
     raise ValueError(f"lr_scaling must be one of {', '.join(RULES)}; you passed {rule!r}.")
 
 
+def warmup_start_lr(peak_lr: float, global_batch: int, base_batch: int) -> float | None:
+    """Where the warm-up ramp starts: peak_lr * base_batch / global_batch; None if there is
+    nothing to warm up (global_batch <= base_batch: the batch is no larger than the one the LR
+    was tuned at).
+
+    Goyal et al. 2017 (sec. 2.2) ramp from the small-batch LR eta to k * eta for a batch k times
+    larger; under the linear rule peak / k *is* eta = base_lr. Dividing the peak by k whatever the
+    rule keeps the first step's size per sample that of the base batch, and the ramp always goes
+    up (sqrt: from base_lr / sqrt(k); none: from base_lr / k). Horovod's
+    ``LearningRateWarmupCallback`` ramps from lr / size, the same rule when the base batch is one
+    worker's batch.
+    """
+    if global_batch <= base_batch:
+        return None
+    return peak_lr * base_batch / global_batch
+
+
 def lr_at_step(
     step: int,
     *,
-    base_lr: float,
+    start_lr: float,
     peak_lr: float,
     warmup_steps: int,
     total_steps: int,
@@ -44,17 +65,20 @@ def lr_at_step(
 ) -> float:
     """LR for 0-based optimizer step `step`.
 
-    Warm-up (Goyal et al. 2017, sec. 2.2 "gradual warmup"): a linear ramp per step from base_lr
-    at step 0 to peak_lr at step `warmup_steps`. Afterwards the LR stays at peak_lr
-    ("constant") or follows a half-cosine to 0 at `total_steps` ("cosine", Loshchilov & Hutter
-    2016, arXiv:1608.03983).
+    Warm-up (Goyal et al. 2017, sec. 2.2 "gradual warmup"): a linear ramp per step from
+    `start_lr` at step 0 to peak_lr at step `warmup_steps` (:func:`warmup_start_lr` gives the
+    start; `warmup_steps` 0 means no ramp). Afterwards the LR stays at peak_lr ("constant"),
+    follows a half-cosine to 0 at `total_steps` ("cosine", Loshchilov & Hutter 2016,
+    arXiv:1608.03983), or decays as peak * (1 - progress)^2 ("poly", You et al. 2017).
     """
     if warmup_steps > 0 and step < warmup_steps:
-        return base_lr + (peak_lr - base_lr) * step / warmup_steps
+        return start_lr + (peak_lr - start_lr) * step / warmup_steps
+    span = max(1, total_steps - warmup_steps)
+    progress = min(1.0, max(0.0, (step - warmup_steps) / span))
     if schedule == "cosine":
-        span = max(1, total_steps - warmup_steps)
-        progress = min(1.0, (step - warmup_steps) / span)
         return 0.5 * peak_lr * (1.0 + math.cos(math.pi * progress))
+    if schedule == "poly":
+        return peak_lr * (1.0 - progress) ** 2
     return peak_lr
 
 

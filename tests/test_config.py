@@ -164,6 +164,10 @@ def test_steps_and_max_steps():
 def test_label_names_the_knobs():
     assert RunConfig(batch_per_worker=256, lr_scaling="sqrt").label() == "b256 sqrt+wu1"
     assert RunConfig(optimizer="lars", warmup_epochs=0).label() == "b64 lars linear"
-    assert RunConfig(lr_scaling="none").label() == "b64 none"  # no scaling: warm-up has no ramp
+    # without a worker count a label says what the run asks for; with one, what it does
+    assert RunConfig(lr_scaling="none").label() == "b64 none+wu1"
+    assert RunConfig(lr_scaling="none").label(4) == "b64 none+wu1 ×4"  # global 256 > 64: ramps
+    assert RunConfig(lr_scaling="none").label(1) == "b64 none ×1"  # global 64: nothing to warm up
+    assert RunConfig(lr_schedule="poly").label() == "b64 linear+wu1 poly"
     assert "bfloat16" in RunConfig(precision="mixed_bfloat16").label()
     assert RunConfig(name="mine").label() == "mine"

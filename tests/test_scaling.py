@@ -62,7 +62,7 @@ def test_every_catalogued_rule_is_implemented_and_others_are_refused():
 
 
 @pytest.mark.parametrize(
-    "rule,global_batch,base_batch", [("linear", 512, 64), ("sqrt", 1024, 64), ("linear", 64, 64)]
+    "rule,global_batch,base_batch", [("linear", 512, 64), ("sqrt", 1024, 64), ("linear", 128, 64)]
 )
 def test_warmup_ramps_linearly_from_base_lr_to_the_peak(rule, global_batch, base_batch):
     """Goyal et al. sec. 2.2: start at the small-batch LR, add the same amount every step,
@@ -71,7 +71,9 @@ def test_warmup_ramps_linearly_from_base_lr_to_the_peak(rule, global_batch, base
     peak = _rule_by_formula(rule, base_lr, global_batch, base_batch)
     increment = (peak - base_lr) / warmup
     lrs = [
-        scaling.lr_at_step(s, base_lr=base_lr, peak_lr=peak, warmup_steps=warmup, total_steps=total)
+        scaling.lr_at_step(
+            s, start_lr=base_lr, peak_lr=peak, warmup_steps=warmup, total_steps=total
+        )
         for s in range(total)
     ]
     for step in range(warmup):
@@ -83,7 +85,7 @@ def test_warmup_ramps_linearly_from_base_lr_to_the_peak(rule, global_batch, base
 
 def test_no_warmup_starts_at_the_peak():
     lrs = [
-        scaling.lr_at_step(s, base_lr=0.1, peak_lr=0.8, warmup_steps=0, total_steps=5)
+        scaling.lr_at_step(s, start_lr=0.1, peak_lr=0.8, warmup_steps=0, total_steps=5)
         for s in range(5)
     ]
     assert lrs == [0.8] * 5
@@ -99,7 +101,7 @@ def test_cosine_after_warmup_halves_at_midpoint_and_ends_near_zero():
         expected = peak * (1 + math.cos(math.pi * t / span)) / 2
         got = scaling.lr_at_step(
             step,
-            base_lr=base_lr,
+            start_lr=base_lr,
             peak_lr=peak,
             warmup_steps=warmup,
             total_steps=total,
@@ -108,7 +110,7 @@ def test_cosine_after_warmup_halves_at_midpoint_and_ends_near_zero():
         assert got == pytest.approx(expected)
     mid = scaling.lr_at_step(
         warmup + span // 2,
-        base_lr=base_lr,
+        start_lr=base_lr,
         peak_lr=peak,
         warmup_steps=warmup,
         total_steps=total,
@@ -118,7 +120,7 @@ def test_cosine_after_warmup_halves_at_midpoint_and_ends_near_zero():
 
 
 def test_schedule_array_is_the_per_step_function():
-    kwargs = dict(base_lr=0.05, peak_lr=0.4, warmup_steps=7, schedule="cosine")
+    kwargs = dict(start_lr=0.05, peak_lr=0.4, warmup_steps=7, schedule="cosine")
     table = scaling.lr_schedule_array(30, **kwargs)
     assert table.dtype == np.float32 and table.shape == (30,)
     expected = [scaling.lr_at_step(s, total_steps=30, **kwargs) for s in range(30)]
@@ -135,25 +137,61 @@ def test_runconfig_warmup_at_and_above_base_batch_goes_up_to_the_scaled_peak():
     assert all(b >= a - 1e-12 for a, b in zip(lrs, lrs[1:]))
 
 
-@pytest.mark.xfail(
-    strict=True, raises=AssertionError, reason="issue 11: warm-up must ramp up from a small LR"
-)
-def test_warmup_below_base_batch_never_goes_down():
-    # global batch 2 x 16 = 32 < base_batch 128: the linear peak is base_lr / 4. A warm-up that
-    # starts at base_lr and falls to the peak is not a warm-up (Goyal et al. 2017, sec. 2.2).
+def _every_lr(cfg: RunConfig, workers: int) -> list[float]:
+    return [cfg.lr_at(s, workers) for s in range(cfg.total_steps(workers))]
+
+
+@pytest.mark.parametrize("rule", ["none", "linear", "sqrt"])
+@pytest.mark.parametrize("per_worker", [16, 64, 256])  # global 32 < 128, = 128, 512 > 128
+def test_runconfig_lr_of_every_step_below_at_and_above_base_batch(rule, per_worker):
+    """The LR of every step, pinned by formula for batches below, at and above base_batch.
+
+    Above: a linear ramp from peak x B_base / B (Goyal et al. 2017 sec. 2.2: from the small-batch
+    LR; for the linear rule exactly base_lr) up to the peak, then the peak. At or below: nothing
+    to warm up, so every step runs at the peak and the label carries no `+wu`."""
+    workers, base_batch, base_lr = 2, 128, 0.2
     cfg = RunConfig(
-        batch_per_worker=16,
-        base_batch=128,
-        base_lr=0.2,
-        lr_scaling="linear",
+        batch_per_worker=per_worker,
+        base_batch=base_batch,
+        base_lr=base_lr,
+        lr_scaling=rule,
         warmup_epochs=1.0,
-        epochs=2,
-        num_samples=4000,
+        epochs=3,
+        num_samples=20000,
     )
-    w = 2
-    assert cfg.warmup_steps(w) > 1
-    lrs = [cfg.lr_at(s, w) for s in range(cfg.total_steps(w))]
-    assert all(b >= a - 1e-12 for a, b in zip(lrs, lrs[1:])), lrs[: cfg.warmup_steps(w) + 1]
+    B = per_worker * workers
+    peak = _rule_by_formula(rule, base_lr, B, base_batch)
+    lrs = _every_lr(cfg, workers)
+    spe = 16000 // B
+    assert cfg.total_steps(workers) == 3 * spe
+    if B <= base_batch:
+        assert cfg.warmup_steps(workers) == 0 and cfg.warmup_start_lr(workers) is None
+        assert lrs == pytest.approx([peak] * len(lrs))
+        assert "+wu" not in cfg.label(workers)
+        return
+    start = peak * base_batch / B
+    assert cfg.warmup_steps(workers) == spe and cfg.warmup_start_lr(workers) == pytest.approx(start)
+    expected = [start + (peak - start) * s / spe for s in range(spe)] + [peak] * (2 * spe)
+    assert lrs == pytest.approx(expected)
+    if rule == "linear":
+        assert lrs[0] == pytest.approx(base_lr)  # Goyal et al.: from the small-batch LR
+    assert all(b >= a - 1e-12 for a, b in zip(lrs, lrs[1:])), "a warm-up never goes down"
+    assert "+wu1" in cfg.label(workers)
+
+
+def test_poly_decay_after_warmup_is_the_lars_papers_power_two():
+    """You et al. 2017 (sec. 6): lr = peak * (1 - t / T)^2 over the steps after warm-up."""
+    peak, warmup, total = 1.6, 5, 25
+    lrs = [
+        scaling.lr_at_step(
+            s, start_lr=0.05, peak_lr=peak, warmup_steps=warmup, total_steps=total, schedule="poly"
+        )
+        for s in range(total)
+    ]
+    assert lrs[warmup] == pytest.approx(peak)
+    for s in range(warmup, total):
+        assert lrs[s] == pytest.approx(peak * (1 - (s - warmup) / (total - warmup)) ** 2)
+    assert lrs[warmup + 10] == pytest.approx(peak / 4)  # halfway: a quarter of the peak
 
 
 # -- LARS ----------------------------------------------------------------------------------------

@@ -289,9 +289,10 @@ class TableSchedule(tf.keras.optimizers.schedules.LearningRateSchedule):
 
         rc = RunConfig.from_dict(cfg)
         total = rc.total_steps(workers)
+        start = rc.warmup_start_lr(workers)
         table = scaling.lr_schedule_array(
             total,
-            base_lr=rc.base_lr,
+            start_lr=rc.peak_lr(workers) if start is None else start,
             peak_lr=rc.peak_lr(workers),
             warmup_steps=rc.warmup_steps(workers),
             schedule=rc.lr_schedule,

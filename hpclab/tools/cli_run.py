@@ -164,7 +164,7 @@ def run(args: argparse.Namespace) -> int:
     say(
         f"hpclab run: {cfg.label()} ×{workers}: global batch {d['global_batch']}, peak lr "
         f"{d['peak_lr']:.4g}, {d['steps_per_epoch']} steps/epoch, {d['total_steps']} steps, "
-        f"{d['warmup_steps']} warm-up steps"
+        f"{cfg.warmup_text(workers)}"
     )
     progress = Progress(d["total_steps"], enabled=not args.no_progress)
     interrupted = False

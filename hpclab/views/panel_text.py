@@ -89,8 +89,7 @@ def derived_html(cfg: RunConfig | None, derived: dict | None) -> str:
         f"peak LR <b>{d['peak_lr']:.4g}</b> ({esc(cfg.lr_scaling)} rule, base "
         f"{cfg.base_lr:g} at batch {cfg.base_batch:,}) · "
         f"<b>{d['steps_per_epoch']:,}</b> steps/epoch · "
-        f"<b>{d['total_steps']:,}</b> steps in all · warm-up "
-        f"<b>{d['warmup_steps']:,}</b> steps · "
+        f"<b>{d['total_steps']:,}</b> steps in all · {esc(cfg.warmup_text(d['workers']))} · "
         f"{d['train_samples_per_worker']:,} samples per worker</div>"
     )
 
