@@ -38,7 +38,7 @@ MODEL_INPUT = {
 # -- optimisation and numerics ------------------------------------------------------------------
 OPTIMIZERS = ("sgd", "momentum", "lars", "lamb", "adam")
 LR_SCALINGS = ("none", "linear", "sqrt")
-LR_SCHEDULES = ("constant", "cosine")
+LR_SCHEDULES = ("constant", "cosine", "poly")
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
 #: How gradients cross ranks: one grouped (fused) allreduce after the whole backward pass, or one
 #: allreduce per tensor, each free to start as soon as its gradient exists (overlap with backprop).
