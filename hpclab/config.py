@@ -18,6 +18,7 @@ from typing import Any
 from hpclab import scaling
 from hpclab.catalog import (
     DATASETS,
+    EVAL_POINTS,
     GENERATED_VALIDATION_FRACTION,
     GRAD_ALLREDUCES,
     LR_SCALINGS,
@@ -77,6 +78,8 @@ class RunConfig:
     hvd_fusion_mb: float = knob(64.0, "Horovod: tensor-fusion buffer (MB; 0 = no fusion)")
     publish_every_s: float = knob(0.5, "live telemetry cadence in seconds (0 = telemetry off)")
     noise_scale: bool = knob(True, "estimate the gradient noise scale (McCandlish et al. 2018)")
+    eval_every: int = knob(0, "steps between evaluations on the held-out subset (0 = auto: 40)")
+    eval_samples: int = knob(2048, "held-out samples evaluated every eval_every steps (0 = off)")
     max_steps: int = knob(0, "stop after this many steps (0 = run all epochs)")
     seed: int = knob(0, "data generation, shuffling and weight init")
     name: str = knob("", "optional label shown in legends and run listings")
@@ -119,6 +122,14 @@ class RunConfig:
     def total_steps(self, workers: int) -> int:
         steps = max(1, int(math.ceil(self.epochs * self.steps_per_epoch(workers))))
         return min(steps, self.max_steps) if self.max_steps else steps
+
+    def eval_interval(self, workers: int) -> int:
+        """Steps between evaluations on the fixed held-out subset; 0 when off (eval_samples 0,
+        or synthetic data, which has no validation set). Auto (eval_every 0) spreads
+        ``EVAL_POINTS`` over the run, so steps to a target are exact to 1/EVAL_POINTS of it."""
+        if not self.eval_samples or self.dataset == "synthetic":
+            return 0
+        return self.eval_every or max(1, math.ceil(self.total_steps(workers) / EVAL_POINTS))
 
     def warmup_start_lr(self, workers: int) -> float | None:
         """The LR warm-up starts from; None when the global batch is no larger than base_batch
@@ -169,6 +180,7 @@ class RunConfig:
             "warmup_start_lr": self.warmup_start_lr(workers)
             if self.warmup_steps(workers)
             else None,
+            "eval_every": self.eval_interval(workers),
             "train_samples_per_worker": self.train_size() // workers,
         }
 
@@ -279,6 +291,8 @@ def _validate(cfg: RunConfig) -> None:
     _int_range(cfg, "steps_per_call", 0, MAX_STEPS_PER_CALL)
     _int_range(cfg, "synthetic_classes", 2, 100_000)
     _int_range(cfg, "max_steps", 0)
+    _int_range(cfg, "eval_every", 0, 10_000_000)
+    _int_range(cfg, "eval_samples", 0, 10_000_000)
     _int_range(cfg, "seed", 0, 2**31 - 1)
     _float_range(cfg, "epochs", 0.0, 10_000, lo_open=True)
     _float_range(cfg, "base_lr", 0.0, 100.0, lo_open=True)

@@ -155,12 +155,18 @@ def list_runs(root: Path | str | None = None) -> pd.DataFrame:
     return df
 
 
+#: End states that are results of the config (seeded: a re-run ends the same way); a sweep reuses
+#: them. Stopped and failed runs are not results.
+RESULTS = ("finished", "diverged", "collapsed")
+
+
 def find_finished(root: Path | str | None, config: dict, workers: int) -> Path | None:
-    """The folder of a finished run with exactly this config and worker count, if any."""
+    """The folder of a run with exactly this config and worker count that ended as one of
+    :data:`RESULTS`, if any."""
     root = Path(root) if root is not None else default_root()
     for cfg_path in sorted(root.glob("*/config.json")):
         meta = read_json(cfg_path)
         if meta.get("config") == config and meta.get("workers") == workers:
-            if read_json(cfg_path.parent / "summary.json").get("status") == "finished":
+            if read_json(cfg_path.parent / "summary.json").get("status") in RESULTS:
                 return cfg_path.parent
     return None

@@ -9,9 +9,10 @@
 * ``workers`` is the one key that is not a RunConfig field: the lab is restarted with
   ``lab.restart(workers=n)`` between sizes. Points are grouped by size and the lab's current size
   goes first, so a sweep restarts the engines at most once per other size.
-* A sweep is resumable: a point whose exact config and worker count already has a *finished* run
-  under ``lab.runs_dir`` is skipped (:func:`hpclab.runs.find_finished`) and its record reused.
-  Stopped, failed and diverged points are run again. That is also why a sweep does not tag its
+* A sweep is resumable: a point whose exact config and worker count already has a *result* under
+  ``lab.runs_dir`` — finished, diverged or collapsed: seeded runs that would end the same way
+  again — is skipped (:func:`hpclab.runs.find_finished`) and its record reused. Stopped and
+  failed points are run again. That is also why a sweep does not tag its
   runs: tags are part of the config, and a tag would make an identical point look new.
 * A diverged or failed run does not stop the sweep (a diverged run is a result: the learning rate
   was too high for that batch). If the engines were lost, the lab restarts them before the next
@@ -179,7 +180,7 @@ def outcome(record: RunRecord | None, status: str, elapsed: float | None = None)
     seconds = elapsed if elapsed is not None else summary.get("wall_time_s")
     if seconds is not None:
         parts.append(f"({seconds:.1f} s)")
-    if status in ("failed", "diverged") and summary.get("error"):
+    if status in ("failed", "diverged", "collapsed") and summary.get("error"):
         parts.append(f"— {summary['error']}")
     return " ".join(parts)
 
@@ -224,7 +225,7 @@ def run_sweep(
     """Run every point of `grid` on `lab`, one after another; return their records in run order.
 
     `progress(i, n, cfg, workers, status)` (i counts from 1) is called with status "running"
-    before a run starts and with its outcome after it ends ("finished", "diverged", "failed",
+    before a run starts and with its outcome after it ends ("finished", "diverged", "collapsed", "failed",
     "stopped"), or once with "skipped" for a point already recorded. Without it, one line per run
     is printed. See the module docstring for ordering, resuming and failures.
     """

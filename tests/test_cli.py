@@ -191,7 +191,8 @@ def test_runs_lists_recorded_runs(tmp_path, capsys):
     assert cli.main(["runs", "--runs-dir", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert a.name in out and b.name in out
-    assert "b32 linear+wu1 ×2" in out and "b256 none ×1" in out  # no scaling: no warm-up ramp
+    # global 64 = base_batch: nothing to warm up; global 256 > 64: a ramp even without scaling
+    assert "b32 linear ×2" in out and "b256 none+wu1 ×1" in out
     assert "0.912" in out and "diverged" in out and "2 run(s)" in out
 
 

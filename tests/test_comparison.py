@@ -16,7 +16,8 @@ from fakes import write_run
 from hpclab.runs import load_run
 from hpclab.views.batch_charts import accuracy_vs_batch, steps_to_target_chart
 from hpclab.views.comparison import Comparison, compare
-from hpclab.views.outcomes import default_target, steps_to_target, time_to_target
+from hpclab.views.facts import run_facts
+from hpclab.views.outcomes import default_target, evaluations, steps_to_target, time_to_target
 from hpclab.views.scaling_charts import scaling_efficiency, scaling_series
 
 SAMPLES = 20_000  # MNIST-1D samples generated for these runs
@@ -48,6 +49,30 @@ EPOCHS = pd.DataFrame(
 def test_steps_and_time_to_target(target, steps, seconds):
     assert steps_to_target(EPOCHS, target) == steps
     assert time_to_target(EPOCHS, target) == seconds
+
+
+def test_step_granular_evaluations_make_steps_to_target_exact_to_the_interval():
+    """A run that learns steadily crosses 0.80 at step 1234 of 2000. Epoch-end validation (every
+    500 steps) says 1500 (+22 %); evaluations every 50 steps (auto: 2000 / 40) say 1250, within
+    one interval (2.5 % of the run) of the truth, and never before it."""
+    true_step, total, every = 1234, 2000, 50
+    acc = lambda step: 0.8 * step / true_step  # noqa: E731 (reaches 0.80 exactly at true_step)
+    history = [
+        {"step": s, "time_s": s / 100, "eval_accuracy": acc(s) if s % every == 0 else float("nan")}
+        for s in range(10, total + 1, 10)
+    ]
+    epochs = [{"epoch": e, "step": 500 * e, "time_s": 5.0 * e, "val_accuracy": acc(500 * e)}
+              for e in range(1, 5)]  # fmt: skip
+    run = type("R", (), {"history": pd.DataFrame(history), "epochs": pd.DataFrame(epochs),
+                         "config": {}, "workers": 2})()  # fmt: skip
+    f = run_facts(run)
+    assert steps_to_target(f.epochs, 0.8) == 1500
+    got = steps_to_target(evaluations(f), 0.8)
+    assert got == 1250 and true_step <= got < true_step + every
+    assert time_to_target(evaluations(f), 0.8) == pytest.approx(12.5)
+    # without step evaluations (older records, eval_samples=0) the epochs are what there is
+    f.history = f.history.drop(columns="eval_accuracy")
+    assert steps_to_target(evaluations(f), 0.8) == 1500
 
 
 def test_to_target_on_empty_or_partial_tables():

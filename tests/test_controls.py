@@ -87,8 +87,12 @@ def test_derived_numbers_follow_the_knobs_and_equal_runconfig_derived(preview, c
     expected = SMALL.replace(**changes).derived(workers)
     assert preview.derived == expected
     shown = preview.widgets["derived"].value
-    for key in ("global_batch", "steps_per_epoch", "total_steps", "warmup_steps"):
+    for key in ("global_batch", "steps_per_epoch", "total_steps"):
         assert f"<b>{expected[key]:,}</b>" in shown
+    warm = SMALL.replace(**changes).warmup_text(workers)
+    assert warm in shown and (f"warm-up {expected['warmup_steps']} steps" in warm) == bool(
+        expected["warmup_steps"]
+    )
     assert f"<b>{expected['peak_lr']:.4g}</b>" in shown
     assert f"<b>{expected['global_batch']:,}</b> global" in preview.widgets["global_batch"].value
     if changes or workers != 2:

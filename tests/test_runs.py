@@ -297,6 +297,8 @@ def test_find_finished_needs_same_config_same_workers_and_finished(tmp_path):
     running = _store(tmp_path, run_id="1-running")
     stopped = _store(tmp_path, run_id="2-stopped")
     stopped.write_summary({"status": "stopped"})
+    failed = _store(tmp_path, run_id="2-failed")
+    failed.write_summary({"status": "failed"})
     other_workers = _store(tmp_path, run_id="3-workers", workers=4)
     other_workers.write_summary({"status": "finished"})
     other_cfg = _store(tmp_path, run_id="4-config", cfg=CFG.replace(seed=1))
@@ -307,3 +309,7 @@ def test_find_finished_needs_same_config_same_workers_and_finished(tmp_path):
     done.write_summary({"status": "finished"})
     assert find_finished(tmp_path, cfg, 2) == done.path
     assert find_finished(tmp_path, cfg, 4) == other_workers.path
+    # diverged and collapsed are results of the (seeded) config, reused like finished ones
+    for status in ("diverged", "collapsed"):
+        other_workers.write_summary({"status": status})
+        assert find_finished(tmp_path, cfg, 4) == other_workers.path

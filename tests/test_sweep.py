@@ -163,29 +163,29 @@ def test_runs_current_size_first_and_restarts_once_per_other_size(tmp_path, caps
         (64, 1, "finished"),
     ]
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].startswith("[1/4] b32 linear+wu1 ×2 (global batch 64")
+    assert lines[0].startswith("[1/4] b32 linear ×2 (global batch 64")  # = base_batch: no ramp
     assert " finished val_acc 0.500 (" in lines[0] and lines[0].endswith(" s)")
     assert len(lines) == 4
 
 
 def test_a_second_sweep_skips_what_finished_and_starts_nothing(tmp_path):
-    lab = _Lab(tmp_path, workers=2, outcomes={64: "diverged"})
+    lab = _Lab(tmp_path, workers=2, outcomes={64: "failed", 128: "diverged"})
     run_sweep(lab, BASE, batch_per_worker=[32, 64, 128])
-    assert [c[1] for c in lab.calls] == [32, 64, 128]  # the diverged one did not stop the sweep
+    assert [c[1] for c in lab.calls] == [32, 64, 128]  # the failed one did not stop the sweep
 
     seen = []
-    lab2 = _Lab(tmp_path, workers=1, outcomes={64: "diverged"})
+    lab2 = _Lab(tmp_path, workers=1, outcomes={64: "failed"})
     records = run_sweep(
         lab2, BASE, progress=lambda *a: seen.append(a), batch_per_worker=[32, 64, 128], workers=[2]
     )
-    # only the point that did not finish runs again (resuming); the lab was at 1 worker, so it
-    # restarts once, for that point
+    # only the point without a result runs again (resuming; the diverged one is a result and is
+    # reused); the lab was at 1 worker, so it restarts once, for that point
     assert lab2.calls == [("restart", 2), ("run", 64, 2)]
-    assert [r.status for r in records] == ["finished", "diverged", "finished"]
+    assert [r.status for r in records] == ["finished", "failed", "diverged"]
     assert [(i, n, c.batch_per_worker, w, s) for i, n, c, w, s in seen] == [
         (1, 3, 32, 2, "skipped"),
         (2, 3, 64, 2, "running"),
-        (2, 3, 64, 2, "diverged"),
+        (2, 3, 64, 2, "failed"),
         (3, 3, 128, 2, "skipped"),
     ]
 

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from hpclab.catalog import MAX_STEPS_PER_CALL
 from hpclab.config import RunConfig
+from hpclab.health import judge
 from hpclab.metrics import NoiseScale
 from hpclab.rank.meters import (
     DECISIONS,
@@ -36,6 +37,7 @@ from hpclab.rank.meters import (
     ThroughputLog,
     WindowMeter,
 )
+from hpclab.rank.validation import Validation
 
 CALL_TARGET_S = 0.15  # auto-sized calls last about this long
 FIRST_CALL_STEPS = 4  # the first call also traces: keep it short
@@ -69,6 +71,11 @@ class Trainer:
         self._build_data()
 
         self.model = models.build_model(cfg.model, self.input_shape, self.num_classes, cfg.seed)
+        if cfg.dataset != "synthetic":
+            self.val = Validation(
+                self.model, *self.val_arrays, subset=cfg.eval_samples, batch=cfg.batch_per_worker
+            )
+        self.eval_every = cfg.eval_interval(self.world) if self.val is not None else 0
         schedule = self.schedule = optimizers.TableSchedule.for_run(self.cfg_dict, self.world)
         self.lr_table = schedule.table  # the same numbers as RunConfig.lr_at(step, world)
         self.optimizer = optimizers.build_optimizer(self.cfg_dict, schedule)
@@ -91,10 +98,6 @@ class Trainer:
             self._train_call,
             input_signature=[scalar, scalar, scalar, tf.TensorSpec([len(DECISIONS)], tf.float64)],
         )
-        x_spec = tf.TensorSpec([None, *self.input_shape], tf.float32)
-        self.eval_call = tf.function(
-            self._eval_call, input_signature=[x_spec, tf.TensorSpec([None], tf.int32)]
-        )
 
     def _build_data(self) -> None:
         from hpclab.rank import data, feed
@@ -116,7 +119,7 @@ class Trainer:
             arrays = data.load_arrays(self.cfg_dict, self.data_dir)
         self.num_classes, self.input_shape = arrays.num_classes, arrays.input_shape
         B = cfg.batch_per_worker
-        self.val = None
+        self.val = None  # a Validation, built with the model (synthetic data has no validation)
         if cfg.dataset == "synthetic":
             self.num_classes = cfg.synthetic_classes
             self.feed = feed.SyntheticBatch(
@@ -134,8 +137,7 @@ class Trainer:
                 f"{cfg.train_size()} samples needs {self.steps_per_epoch}; the staged file is "
                 "smaller than the data set it names: stage the full set, or choose another."
             )
-        xv, yv = data.shard(arrays.x_val, arrays.y_val, self.rank, self.world)
-        self.val = (self.tf.constant(xv), self.tf.constant(yv))
+        self.val_arrays = (arrays.x_val, arrays.y_val)
 
     def _barrier(self, failed: bool = False) -> bool:
         """Horovod: wait for every rank; True if any rank reports a failure."""
@@ -222,22 +224,6 @@ class Trainer:
         # Horovod: one small allreduce a call: every rank learns the sums and rank 0's decisions.
         return self.hvd.allreduce(mine, op=self.hvd.Sum, name="hpclab_telemetry")
 
-    def _eval_call(self, x, y):
-        from hpclab.rank.feed import evaluate
-
-        sums = evaluate(self.model, x, y, max(self.cfg.batch_per_worker, 256))
-        if self.world == 1:
-            return sums
-        # Horovod: sum loss/correct/count over every rank's validation shard.
-        return self.hvd.allreduce(sums, op=self.hvd.Sum, name="hpclab_validation")
-
-    def validate(self) -> tuple[float, float]:
-        """(loss, accuracy) over the whole validation set, every rank evaluating its shard."""
-        if self.val is None:
-            return float("nan"), float("nan")
-        total = self.eval_call(*self.val).numpy()
-        return float(total[0] / total[2]), float(total[1] / total[2])
-
     def _gather_detail(self, mine):
         """Horovod: every rank's own timings, on publish calls only (O(world) twice a second)."""
         tf = self.tf
@@ -285,7 +271,7 @@ class Trainer:
         feed.publish("running", step)  # tells the client the ranks reached the loop
         while step < self.total_steps:
             epoch, in_epoch = divmod(step, spe)
-            k = int(min(k_plan, spe - in_epoch, self.total_steps - step))
+            k = int(min(k_plan, spe - in_epoch, self.total_steps - step, self._to_eval(step)))
             t0 = time.perf_counter()
             reduced = self.train_call(
                 tf.constant(epoch), tf.constant(in_epoch), tf.constant(k), tf.constant(decisions)
@@ -310,12 +296,17 @@ class Trainer:
             elif reduced[R["stop"]] > 0 and step < self.total_steps:
                 status = "stopped"  # (a stop that lands in the last call finds the run done)
             epoch_end = step % spe == 0 or step >= self.total_steps
-            if reduced[R["publish"]] > 0 or epoch_end or status != "finished":
+            point = None  # a held-out evaluation ends a history row, outside training time
+            due = self.eval_every and (step % self.eval_every == 0 or step >= self.total_steps)
+            if status == "finished" and due:
+                point, t_prev = self.val.subset(), None
+            if reduced[R["publish"]] > 0 or epoch_end or point or status != "finished":
                 detail = self._gather_detail(clock.take())  # every rank, same calls
                 if self.rank == 0:
                     row = window.row(
                         step, time.perf_counter() - t_start, self._lr(step), detail, noise
                     )
+                    row["eval_loss"], row["eval_accuracy"] = point or (float("nan"),) * 2
                     rates.add_window(row["rank_samples_per_sec"])
                     feed.rows.append(row)
                 else:
@@ -323,19 +314,29 @@ class Trainer:
             if status != "finished":
                 break
             if epoch_end:
-                val = self.validate()
+                val = self.val.full_set() if self.val is not None else (float("nan"),) * 2
                 t = time.perf_counter()
                 epochs.close(step, t, t - t_start, self._lr(step), val)
-                t_prev = t  # validation is not training time
+            if epoch_end or t_prev is None:
+                t_prev = time.perf_counter()  # validation is not training time
             if reduced[R["publish"]] > 0 or epoch_end:
                 feed.publish("running", step, time.perf_counter())
             k_plan = max(1, int(reduced[R["next_steps"]]))
             sizer.observe(k, t1 - t0)
             decisions = self._decide(sizer, feed)
         train_time = time.perf_counter() - t_start
+        if self.val is not None:  # (synthetic data has random labels: chance is all it can do)
+            status, error = judge(
+                status, error, epochs.rows[-1] if epochs.rows else None,
+                warmup_steps=cfg.warmup_steps(world), num_classes=self.num_classes,
+            )  # fmt: skip
         feed.publish(status, step, time.perf_counter())  # final rows; every rank left the loop
         summary = self._summary(status, error, step, epochs, rates, noise, feed, train_time, wall0)
         return {**summary, **timing}
+
+    def _to_eval(self, step: int) -> int:
+        """Steps from `step` to the next held-out evaluation (calls end there); large if off."""
+        return self.eval_every - step % self.eval_every if self.eval_every else self.total_steps
 
     def _decide(self, sizer: CallSizer, feed: Publisher):
         """Rank 0's decisions (meters.DECISIONS); the other ranks contribute zeros to the sums."""

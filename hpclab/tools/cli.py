@@ -26,10 +26,11 @@ run goes), :mod:`~hpclab.tools.cli_runs` (report, runs), :mod:`~hpclab.tools.cli
 Exit codes of ``run`` and ``sweep`` (see :data:`EXIT_CODES`): 0 finished; 1 a run failed or was
 stopped from outside; 2 a usage mistake (bad option or value, missing staged dataset, unknown run
 folder, engines that cannot start) — one sentence on stderr, never a traceback; 3 the run
-diverged (a result, not a crash: the learning rate was too high for that batch); 130 Ctrl-C, or
+diverged (a result, not a crash: the learning rate was too high for that batch); 4 the run
+collapsed (finite loss, but at chance level past warm-up: :mod:`hpclab.health`); 130 Ctrl-C, or
 SIGTERM, SIGHUP or SIGUSR1 (Slurm's walltime warning `--signal=B:USR1@120`, `scancel`, a closed
 terminal): the run is stopped collectively and its record kept, exactly as for Ctrl-C. A sweep exits 0 when every point ran to its end,
-diverged ones included, and 1 if any point failed or was stopped.
+diverged and collapsed ones included, and 1 if any point failed or was stopped.
 """
 
 from __future__ import annotations

@@ -25,6 +25,7 @@ EXIT_CODES = {
     "stopped": 1,
     "usage": 2,
     "diverged": 3,
+    "collapsed": 4,
     "interrupted": 130,
 }
 
@@ -137,7 +138,8 @@ def configure_run(parser: argparse.ArgumentParser) -> None:
     """Options of ``hpclab run``."""
     parser.epilog = (
         "exit status: 0 finished, 1 failed or stopped, 2 usage mistake, "
-        "3 diverged (the loss became NaN/inf), 130 interrupted by Ctrl-C, SIGTERM, SIGHUP or "
+        "3 diverged (the loss became NaN/inf), 4 collapsed (the loss stayed at chance level past "
+        "warm-up), 130 interrupted by Ctrl-C, SIGTERM, SIGHUP or "
         "SIGUSR1 (the run is stopped and its record kept)"
     )
     add_field_options(parser, many=False)
@@ -207,7 +209,7 @@ def run(args: argparse.Namespace) -> int:
         )
         + f" — {handle.path}"
     )
-    if status in ("failed", "diverged") and handle.error:
+    if status in ("failed", "diverged", "collapsed") and handle.error:
         line += f"\nhpclab run: {handle.error}"
     print(line, file=sys.stderr if args.json else sys.stdout, flush=True)
     if interrupted:
@@ -236,7 +238,7 @@ def configure_sweep(parser: argparse.ArgumentParser) -> None:
         "Every combination of the comma-separated values is one run; all are "
         "validated before the first starts. Combinations already finished in "
         "--runs-dir are skipped, so re-running a sweep resumes it. exit status: 0 "
-        "every point ran to its end (diverged ones included), 1 a point failed, "
+        "every point ran to its end (diverged and collapsed ones included), 1 a point failed, "
         "2 usage mistake, 130 Ctrl-C."
     )
     add_field_options(parser, many=True)

@@ -22,6 +22,7 @@ from plotly.subplots import make_subplots
 from hpclab.views.facts import RunFacts, facts_of, text
 from hpclab.views.outcomes import (
     default_target,
+    evaluations,
     failed,
     final_val_accuracy,
     steps_done,
@@ -128,8 +129,8 @@ def _bounds(runs: list[RunFacts], target: float | None) -> list[tuple]:
     """(run, steps, seconds): to the target when reached, else what the run did (lower bound)."""
     out = []
     for f in runs:
-        s = steps_to_target(f.epochs, target) if target is not None else None
-        t = time_to_target(f.epochs, target) if target is not None else None
+        s = steps_to_target(evaluations(f), target) if target is not None else None
+        t = time_to_target(evaluations(f), target) if target is not None else None
         out.append((f, s, t) if s is not None else (f, steps_done(f), time_done(f)))
     return out
 
@@ -156,7 +157,7 @@ def steps_to_target_chart(records: Iterable[Any], target: float | None = None) -
         )
         got = (
             [
-                (f, steps_to_target(f.epochs, target), time_to_target(f.epochs, target))
+                (f, steps_to_target(evaluations(f), target), time_to_target(evaluations(f), target))
                 for f in members
             ]
             if target is not None

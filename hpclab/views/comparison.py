@@ -33,6 +33,7 @@ from hpclab.views.outcomes import (
     TARGET_FRACTION,
     default_target,
     describe_target,
+    evaluations,
     final_val_accuracy,
     finite,
     steps_to_target,
@@ -209,10 +210,10 @@ def compare(runs: Iterable[Any], target: float | None = None) -> Comparison:
                 "val_accuracy": final_val_accuracy(f),
                 "samples_per_sec": mean,
                 "wall_time_s": finite(f.summary.get("wall_time_s")) or time_done(f),
-                "steps_to_target": steps_to_target(f.epochs, target)
+                "steps_to_target": steps_to_target(evaluations(f), target)
                 if target is not None
                 else None,
-                "time_to_target_s": time_to_target(f.epochs, target)
+                "time_to_target_s": time_to_target(evaluations(f), target)
                 if target is not None
                 else None,
             }

@@ -24,6 +24,24 @@ from hpclab.views.facts import RunFacts, column, facts_of
 TARGET_FRACTION = 0.9  # default target: 90 % of the best final validation accuracy
 
 
+def evaluations(f: RunFacts) -> pd.DataFrame:
+    """The run's held-out accuracy over steps: ``step``, ``time_s``, ``val_accuracy``.
+
+    The step-granular evaluations on the fixed held-out subset (history rows with a finite
+    ``eval_accuracy``, every ``RunConfig.eval_every`` steps) when the run has them, so steps to a
+    target are exact to that interval; else the epoch-end validations (older records, or
+    ``eval_samples=0``), exact only to an epoch."""
+    h = f.history
+    acc = column(h, "eval_accuracy")
+    if np.isfinite(acc).any():
+        keep = np.isfinite(acc)
+        return pd.DataFrame(
+            {"step": column(h, "step")[keep], "time_s": column(h, "time_s")[keep],
+             "val_accuracy": acc[keep]}
+        )  # fmt: skip
+    return f.epochs
+
+
 def _first_reaching(epochs: pd.DataFrame, target: float) -> int | None:
     acc = column(epochs, "val_accuracy")
     hits = np.flatnonzero(np.isfinite(acc) & (acc >= target))
@@ -31,7 +49,8 @@ def _first_reaching(epochs: pd.DataFrame, target: float) -> int | None:
 
 
 def steps_to_target(epochs: pd.DataFrame, target: float) -> int | None:
-    """Optimizer steps at the first epoch row whose val_accuracy ≥ target; None if never."""
+    """Optimizer steps at the first row of `epochs` (an epochs frame or :func:`evaluations`)
+    whose val_accuracy ≥ target; None if never."""
     i = _first_reaching(epochs, target)
     if i is None:
         return None
@@ -40,7 +59,8 @@ def steps_to_target(epochs: pd.DataFrame, target: float) -> int | None:
 
 
 def time_to_target(epochs: pd.DataFrame, target: float) -> float | None:
-    """Training wall time (s) at the first epoch row whose val_accuracy ≥ target; None if never."""
+    """Wall time (s) since training began at the first row of `epochs` (see
+    :func:`steps_to_target`) whose val_accuracy ≥ target; None if never."""
     i = _first_reaching(epochs, target)
     if i is None:
         return None

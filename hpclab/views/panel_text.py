@@ -64,6 +64,8 @@ def status_line(run: Any) -> tuple[str, bool]:
     took = f" in {wall:.1f} s" if isinstance(wall, (int, float)) else ""
     if run.status == "finished":
         return f"finished: {acc} after {steps:,} steps{took} (run {run.run_id})", False
+    if run.status == "collapsed":
+        return f"collapsed: {run.error} (run {run.run_id})", True
     if run.status == "stopped":
         return f"stopped at step {steps:,}/{total:,}: {acc} (run {run.run_id})", False
     return f"{run.status}: {run.error or 'no reason was recorded'}", True
