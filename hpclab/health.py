@@ -33,11 +33,14 @@ def at_chance(loss: float | None, accuracy: float | None, num_classes: int) -> b
     )
 
 
-def collapse_message(last_epoch: dict | None, *, warmup_steps: int, num_classes: int) -> str | None:
+def collapse_message(
+    last_epoch: dict | None, *, warmup_steps: int, num_classes: int, peak_lr: float | None = None
+) -> str | None:
     """The sentence for a run whose last epoch, ended after warm-up, is at chance; else None.
 
-    `last_epoch` is an epoch row (``loss``, ``accuracy``, ``val_accuracy``, ``step``, ``lr``): the
+    `last_epoch` is an epoch row (``loss``, ``accuracy``, ``val_accuracy``, ``step``): the
     training loss decides, with the validation accuracy when there is one (else training's).
+    `peak_lr`, the LR the run reached after warm-up, is named in the sentence.
     """
     if not last_epoch or last_epoch.get("step", 0) <= warmup_steps:
         return None  # nothing to judge yet: a run that stops during warm-up may still learn
@@ -47,8 +50,7 @@ def collapse_message(last_epoch: dict | None, *, warmup_steps: int, num_classes:
         acc = last_epoch.get("accuracy")
     if not at_chance(loss, acc, num_classes):
         return None
-    lr = last_epoch.get("lr")
-    at_lr = f" at lr {lr:.4g}" if isinstance(lr, (int, float)) else ""
+    at_lr = f" at peak lr {peak_lr:.4g}" if peak_lr is not None else ""
     return (
         f"the run collapsed: after warm-up its loss stayed at chance level (loss {loss:.3f}, "
         f"ln {num_classes} = {math.log(num_classes):.3f}; accuracy {acc:.3f}, 1/{num_classes} = "
@@ -58,12 +60,20 @@ def collapse_message(last_epoch: dict | None, *, warmup_steps: int, num_classes:
 
 
 def judge(
-    status: str, error: str | None, last_epoch: dict | None, *, warmup_steps: int, num_classes: int
+    status: str,
+    error: str | None,
+    last_epoch: dict | None,
+    *,
+    warmup_steps: int,
+    num_classes: int,
+    peak_lr: float | None = None,
 ) -> tuple[str, str | None]:
     """(status, error) after the verdict: a ``finished`` run at chance becomes ``collapsed``."""
     if status != "finished":
         return status, error
-    message = collapse_message(last_epoch, warmup_steps=warmup_steps, num_classes=num_classes)
+    message = collapse_message(
+        last_epoch, warmup_steps=warmup_steps, num_classes=num_classes, peak_lr=peak_lr
+    )
     return ("collapsed", message) if message else (status, error)
 
 

@@ -276,6 +276,24 @@ def test_run_json_prints_one_summary_line(tmp_path):
 
 @pytest.mark.mpi
 @pytest.mark.slow
+def test_a_collapsed_run_says_why_and_exits_4(tmp_path):
+    """Peak lr 3.2 at global batch 512 (0.4 x 512/64): the loss stays finite but at chance."""
+    result = hpclab(
+        "run", "--workers", "2", "--num-samples", "4000", "--epochs", "10",
+        "--batch-per-worker", "256", "--base-lr", "0.4", "--no-progress",
+        "--runs-dir", str(tmp_path),
+    )  # fmt: skip
+    assert result.returncode == 4, result.stdout + result.stderr
+    assert "hpclab run: collapsed" in result.stdout and "chance level" in result.stdout
+    assert "Traceback" not in result.stderr
+    (summary,) = tmp_path.glob("*/summary.json")
+    run = load_run(summary.parent)
+    assert run.status == "collapsed" and "ln 10 = 2.303" in run.summary["error"]
+    assert run.epochs["val_accuracy"].iloc[-1] < 0.15
+
+
+@pytest.mark.mpi
+@pytest.mark.slow
 def test_sweep_runs_resumes_and_reports(tmp_path):
     args = [
         "sweep",

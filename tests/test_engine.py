@@ -65,6 +65,13 @@ def test_default_run_learns_and_ranks_agree(lab):
         assert lr == pytest.approx(cfg.lr_at(step - 1, 2), rel=1e-6)
     assert (rows["step"] < warm).any(), "no row fell inside warm-up; cannot check the ramp"
 
+    # Held-out evaluations every eval_interval steps (auto: 40 a run) and at the last step.
+    every, total = cfg.eval_interval(2), cfg.total_steps(2)
+    evaluated = rows[rows["eval_accuracy"].notna()]
+    expected_steps = sorted({*range(every, total + 1, every), total})
+    assert list(evaluated["step"]) == expected_steps and 38 <= len(expected_steps) <= 41
+    assert evaluated["eval_accuracy"].iloc[-1] >= 0.85  # the subset agrees with the full set
+
     # The record on disk is complete and reads back the same (e.g. after a kernel restart).
     rec = load_run(run.path)
     assert rec.summary["status"] == "finished"

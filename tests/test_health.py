@@ -45,11 +45,16 @@ def test_chance_scales_with_the_number_of_classes():
 
 def test_finished_run_at_chance_after_warmup_is_collapsed_with_a_sentence():
     status, error = health.judge(
-        "finished", None, _epoch(120, 2.31, 0.1, val=0.099), warmup_steps=15, num_classes=10
+        "finished",
+        None,
+        _epoch(120, 2.31, 0.1, val=0.099, lr=1e-5),  # the last LR of a decayed schedule
+        warmup_steps=15,
+        num_classes=10,
+        peak_lr=1.6,
     )
     assert status == "collapsed"
     assert "collapsed" in error and "2.310" in error and "ln 10 = 2.303" in error
-    assert "0.099" in error and "lr 1.6" in error
+    assert "0.099" in error and "peak lr 1.6" in error and "1e-05" not in error
 
 
 def test_validation_accuracy_decides_when_there_is_one():

@@ -329,6 +329,7 @@ class Trainer:
             status, error = judge(
                 status, error, epochs.rows[-1] if epochs.rows else None,
                 warmup_steps=cfg.warmup_steps(world), num_classes=self.num_classes,
+                peak_lr=cfg.peak_lr(world),
             )  # fmt: skip
         feed.publish(status, step, time.perf_counter())  # final rows; every rank left the loop
         summary = self._summary(status, error, step, epochs, rates, noise, feed, train_time, wall0)
