@@ -13,7 +13,7 @@ DATASETS = ("mnist1d", "synthetic", "mnist", "fashion_mnist", "cifar10", "blobs"
 #: name -> (training samples, validation samples).
 STAGED_SIZES = {"mnist": (60000, 10000), "fashion_mnist": (60000, 10000), "cifar10": (50000, 10000)}
 STAGED_DATASETS = tuple(STAGED_SIZES)
-#: MNIST-1D and synthetic data are generated; this share of `num_samples` is held out.
+#: MNIST-1D, blobs and synthetic data are generated; this share of `num_samples` is held out.
 GENERATED_VALIDATION_FRACTION = 0.2
 NUM_CLASSES = 10  # every dataset here has 10 classes (synthetic as in Horovod's benchmark)
 #: The kind of input each dataset yields: 1-D signals or images (H, W, C).

@@ -8,7 +8,8 @@ learning rate (Goyal et al. 2017, arXiv:1706.02677, sec. 2.2; You et al. 2017, a
   training loss at or above ``CHANCE_LOSS_FRACTION`` x ln(C), the cross-entropy of a uniform guess
   over C classes, and the accuracy at most ``CHANCE_ACCURACY_FACTOR`` / C. Typically a learning
   rate so high that the network's units die (ReLUs that never fire) or its logits saturate, and
-  SGD never recovers. A plain ``finished`` status would hide it.
+  SGD never recovers; a learning rate far too low ends the same way (nothing was learned), and
+  the sentence says both. A plain ``finished`` status would hide it.
 
 Pure Python: the trainer applies it to its last epoch row; tests feed it constructed rows.
 """
@@ -54,8 +55,8 @@ def collapse_message(
     return (
         f"the run collapsed: after warm-up its loss stayed at chance level (loss {loss:.3f}, "
         f"ln {num_classes} = {math.log(num_classes):.3f}; accuracy {acc:.3f}, 1/{num_classes} = "
-        f"{1 / num_classes:.3f}){at_lr}; the learning rate is too high for this batch: lower "
-        "it, warm up longer, or use LARS"
+        f"{1 / num_classes:.3f}){at_lr}: nothing was learned. A learning rate too high for the "
+        "batch does this (lower it, warm up longer, or use LARS); so does one far too low"
     )
 
 

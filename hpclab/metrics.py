@@ -6,7 +6,9 @@
 * Gradient noise scale B_simple (McCandlish et al. 2018, "An Empirical Model of Large-Batch
   Training", arXiv:1812.06162, appendix A.1): from squared gradient norms measured at two batch
   sizes. Data parallelism gives both for free: B_small = per-rank batch (local gradient before the
-  allreduce) and B_big = global batch (after it).
+  allreduce) and B_big = global batch (after it). Its known answer: the true B_simple of softmax
+  regression at zero weights on class-conditional Gaussians, in closed form
+  (:func:`softmax_zero_noise_components`; the ``linear`` model on the ``blobs`` data set).
 """
 
 from __future__ import annotations
@@ -116,3 +118,36 @@ class NoiseScale:
         if self._g2 is None or self._g2 <= 0:
             return float("nan")
         return self._trace / self._g2
+
+
+def softmax_zero_noise_components(means: np.ndarray, sigma: float) -> tuple[float, float]:
+    """True (|G|², tr Σ) of softmax regression at zero weights on class-conditional Gaussians.
+
+    The problem (the ``blobs`` data set with the ``linear`` model): C balanced classes,
+    x | y=c ~ N(μ_c, σ² I) in d dimensions (``means`` is [C, d]), logits z = Kᵀx + b with kernel K
+    (d x C) and bias b both zero, loss ℓ = −log softmax(z)_y. The batch loss is the mean of the
+    per-sample losses, so a batch gradient is the mean of B per-sample gradients g, and
+    E|G_B|² = |G|² + tr Σ / B with G = E[g], tr Σ = E|g|² − |G|² (McCandlish et al. 2018,
+    arXiv:1812.06162, appendix A). Derivation:
+
+    * ∂ℓ/∂z = p − e_y with p = softmax(0) = 1/C (uniform), so g_K = x (p − e_y)ᵀ, g_b = p − e_y.
+    * Mean: E[e_y] = 1/C = p, so G_b = 0; E[x e_yᵀ] = (1/C) Σ_c μ_c e_cᵀ and E[x] pᵀ =
+      (1/C) Σ_c x̄ e_cᵀ with x̄ = (1/C) Σ_c μ_c, so G_K = (1/C) Σ_c (x̄ − μ_c) e_cᵀ and
+      |G|² = (1/C²) Σ_c |x̄ − μ_c|².
+    * Second moment: |p − e_y|² = (C − 1)/C² + (1 − 1/C)² = 1 − 1/C for every y, and
+      |x (p − e_y)ᵀ|²_F = |x|² |p − e_y|², so E|g|² = (1 − 1/C)(E|x|² + 1) with
+      E|x|² = (1/C) Σ_c |μ_c|² + d σ².
+
+    B_simple = tr Σ / |G|² (:func:`softmax_zero_noise_scale`).
+    """
+    means = np.asarray(means, dtype=np.float64)
+    c, d = means.shape
+    g_sq = float(((means.mean(axis=0) - means) ** 2).sum()) / c**2
+    mean_sq_x = float((means**2).sum(axis=1).mean()) + d * float(sigma) ** 2
+    return g_sq, (1.0 - 1.0 / c) * (mean_sq_x + 1.0) - g_sq
+
+
+def softmax_zero_noise_scale(means: np.ndarray, sigma: float) -> float:
+    """The true B_simple = tr Σ / |G|² of :func:`softmax_zero_noise_components`'s problem."""
+    g_sq, trace = softmax_zero_noise_components(means, sigma)
+    return trace / g_sq

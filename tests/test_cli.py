@@ -211,7 +211,7 @@ def test_report_of_run_folders_and_of_a_runs_root(tmp_path, capsys):
     out = tmp_path / "all.html"
     assert cli.main(["report", str(runs), "-o", str(out)]) == 0
     page = out.read_text()
-    assert "b32 linear+wu1 ×2" in page and "b256 linear+wu1 ×2" in page
+    assert "b32 linear ×2" in page and "b256 linear+wu1 ×2" in page  # 64 = base: no ramp
 
 
 def test_a_recorded_sweep_is_skipped_without_starting_engines(tmp_path, capsys):

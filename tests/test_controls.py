@@ -143,7 +143,7 @@ def test_invalid_combination_shows_the_configerror_sentence_and_disables_run(pre
 
 def test_model_choices_follow_the_dataset(preview):
     w = preview.widgets
-    assert tuple(w["model"].options) == tuple(models_for("mnist1d")) == ("mlp", "cnn1d")
+    assert tuple(w["model"].options) == tuple(models_for("mnist1d")) == ("mlp", "cnn1d", "linear")
     w["dataset"].value = "cifar10"
     assert "cnn1d" not in w["model"].options and w["model"].value == "resnet20"
     assert w["num_samples"].disabled and "data/" in w["samples_hint"].value

@@ -15,6 +15,12 @@ Datasets (``RunConfig.dataset``):
 * ``synthetic`` — no arrays: like Horovod's ``tensorflow2_synthetic_benchmark.py``, one random
   batch of ``image_shape`` with random labels (10 classes), repeated every step
   (:func:`synthetic_train_dataset`). There is no validation set.
+* ``blobs`` — class-conditional Gaussians with a known gradient noise scale: 10 balanced classes,
+  ``x | y=c ~ N(mu_c, sigma² I)`` in 40 dimensions (MNIST-1D's length), the means fixed by
+  ``seed`` (:func:`blobs_parameters`). With the ``linear`` model at its zero initialisation, the
+  true B_simple of McCandlish et al. 2018 is a closed form
+  (:func:`hpclab.metrics.softmax_zero_noise_scale`), so the lab's estimator can be checked
+  against it. Generated in memory from ``num_samples`` and ``seed`` (cheap: no cache file).
 
 Race-safety of the MNIST-1D cache: all ranks of a run call :func:`load_arrays` at once. The first
 to take an exclusive ``flock`` on ``<cache>.lock`` generates the file; the others block on the
@@ -65,14 +71,16 @@ class Arrays(NamedTuple):
 def load_arrays(cfg: dict, data_dir: str | Path) -> Arrays:
     """The arrays for ``cfg["dataset"]`` (``cfg`` is ``RunConfig.to_dict()``).
 
-    ``mnist1d`` is generated (or read from its cache in ``data_dir``); staged datasets are read from
-    ``data_dir/<name>.npz``; ``synthetic`` returns ``Arrays`` with ``None`` arrays and only
-    ``num_classes`` and ``input_shape`` set.
+    ``mnist1d`` is generated (or read from its cache in ``data_dir``), ``blobs`` is generated in
+    memory, staged datasets are read from ``data_dir/<name>.npz``; ``synthetic`` returns
+    ``Arrays`` with ``None`` arrays and only ``num_classes`` and ``input_shape`` set.
     """
     name = cfg["dataset"]
     data_dir = Path(data_dir)
     if name == "mnist1d":
         return _mnist1d(int(cfg["num_samples"]), int(cfg["seed"]), data_dir)
+    if name == "blobs":
+        return _blobs(int(cfg["num_samples"]), int(cfg["seed"]))
     if name in STAGED_DATASETS:
         return _staged(name, data_dir)
     if name == "synthetic":
@@ -80,7 +88,7 @@ def load_arrays(cfg: dict, data_dir: str | Path) -> Arrays:
             None, None, None, None, NUM_CLASSES, tuple(int(d) for d in cfg["image_shape"])
         )
     raise ValueError(
-        f"dataset must be one of mnist1d, synthetic, {', '.join(STAGED_DATASETS)}; "
+        f"dataset must be one of mnist1d, blobs, synthetic, {', '.join(STAGED_DATASETS)}; "
         f"you passed dataset={name!r}."
     )
 
@@ -123,6 +131,34 @@ def _generate_mnist1d(num_samples: int, seed: int) -> dict:
     x = np.concatenate([d["x"], d["x_test"]])[:num_samples].astype(np.float32)
     y = np.concatenate([d["y"], d["y_test"]])[:num_samples].astype(np.int32)
     return {"x": x, "y": y}
+
+
+BLOBS_DIM = 40  # input length, as MNIST-1D's
+BLOBS_MEAN_NORM = 2.0  # |mu_c|: B_simple ≈ 100 at zero weights for sigma = 1
+BLOBS_SIGMA = 1.0
+
+
+def blobs_parameters(seed: int) -> tuple[np.ndarray, float]:
+    """The ``blobs`` class means ``[NUM_CLASSES, BLOBS_DIM]`` (each of norm ``BLOBS_MEAN_NORM``,
+    in a random direction drawn from ``seed``) and the per-coordinate noise σ."""
+    rng = np.random.default_rng([int(seed), 0])  # means: a stream of their own
+    means = rng.normal(size=(NUM_CLASSES, BLOBS_DIM))
+    means *= BLOBS_MEAN_NORM / np.linalg.norm(means, axis=1, keepdims=True)
+    return means, BLOBS_SIGMA
+
+
+def _blobs(num_samples: int, seed: int) -> Arrays:
+    """``x = mu_y + σ·ε`` with balanced labels: the training and validation labels are each
+    ``0, 1, …, 9, 0, 1, …`` shuffled, so every class has ⌊n/10⌋ or ⌈n/10⌉ samples in both."""
+    means, sigma = blobs_parameters(seed)
+    rng = np.random.default_rng([int(seed), 1])  # samples
+    n_val = int(round(num_samples * GENERATED_VALIDATION_FRACTION))  # = RunConfig.validation_size()
+    parts = []
+    for n in (num_samples - n_val, n_val):
+        y = rng.permutation(np.arange(n) % NUM_CLASSES).astype(np.int32)
+        x = (means[y] + sigma * rng.normal(size=(n, BLOBS_DIM))).astype(np.float32)
+        parts += [x, y]
+    return Arrays(*parts, NUM_CLASSES, (BLOBS_DIM,))
 
 
 class _exclusive_lock:

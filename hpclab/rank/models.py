@@ -1,4 +1,4 @@
-"""Named Keras models for the lab: ``mlp``, ``cnn1d``, ``resnet20``, ``resnet50``.
+"""Named Keras models for the lab: ``mlp``, ``cnn1d``, ``resnet20``, ``resnet50``, ``linear``.
 
 Every model outputs **logits** (no softmax) from a final ``Dense(..., dtype="float32")``, so under
 a mixed-precision policy (``mixed_float16`` / ``mixed_bfloat16``, see
@@ -21,11 +21,17 @@ loss stay float32 (TensorFlow mixed-precision guide). Build the model *after* se
   backbone is built with ``include_top=False, pooling="avg"`` — the same layers as its top — and
   the float32 Dense is added here. Inputs smaller than 32x32 (MNIST's 28x28, which the
   application rejects) are zero-padded to 32x32.
+* ``linear``: softmax regression, logits = W x + b on the flattened input, kernel and bias
+  initialised to **zero**. At zero weights the softmax is uniform, so the gradient's mean and
+  covariance have a closed form on the ``blobs`` data set
+  (:func:`hpclab.metrics.softmax_zero_noise_scale`): the known answer the gradient-noise-scale
+  estimator is tested against (McCandlish et al. 2018, arXiv:1812.06162).
 
 Seeding: kernels of ``mlp``, ``cnn1d`` and ``resnet20`` use initialisers seeded from ``seed``
-(one distinct seed per layer), so the same seed gives the same weights. ``resnet50``'s layers take
-Keras's default unseeded initialisers: their values follow ``tf.keras.utils.set_random_seed``,
-which the engine calls; under Horovod rank 0's weights are broadcast anyway.
+(one distinct seed per layer), so the same seed gives the same weights; ``linear`` starts at zero
+whatever the seed. ``resnet50``'s layers take Keras's default unseeded initialisers: their values
+follow ``tf.keras.utils.set_random_seed``, which the engine calls; under Horovod rank 0's weights
+are broadcast anyway.
 """
 
 from __future__ import annotations
@@ -137,13 +143,32 @@ def _resnet50(input_shape, num_classes, seeds):
     return tf.keras.Model(inputs, _logits(x, num_classes, seeds), name="resnet50")
 
 
-_BUILDERS = {"mlp": _mlp, "cnn1d": _cnn1d, "resnet20": _resnet20, "resnet50": _resnet50}
+def _linear(input_shape, num_classes, seeds):
+    inputs = tf.keras.Input(shape=input_shape)
+    x = layers.Flatten()(inputs)
+    logits = layers.Dense(
+        num_classes,
+        kernel_initializer="zeros",
+        bias_initializer="zeros",
+        dtype="float32",
+        name="logits",
+    )(x)
+    return tf.keras.Model(inputs, logits, name="linear")
+
+
+_BUILDERS = {
+    "mlp": _mlp,
+    "cnn1d": _cnn1d,
+    "resnet20": _resnet20,
+    "resnet50": _resnet50,
+    "linear": _linear,
+}
 
 
 def build_model(name: str, input_shape, num_classes: int, seed: int = 0) -> tf.keras.Model:
     """The model `name` for inputs of `input_shape` (no batch axis), emitting float32 logits.
 
-    ``mlp`` takes any shape; ``cnn1d`` a 1-D signal such as MNIST-1D's (40,); ``resnet20`` and
+    ``mlp`` and ``linear`` take any shape; ``cnn1d`` a 1-D signal such as MNIST-1D's (40,); ``resnet20`` and
     ``resnet50`` images (H, W, C).
     """
     if name not in _BUILDERS:
