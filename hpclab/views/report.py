@@ -21,6 +21,8 @@ from hpclab.jsonio import write_text_atomic
 from hpclab.views.batch_charts import accuracy_vs_batch, steps_to_target_chart
 from hpclab.views.comparison import compare, table_html
 from hpclab.views.facts import facts_of
+from hpclab.views.lessons import findings, in_window
+from hpclab.views.lr_window import lr_window_chart
 from hpclab.views.outcomes import default_target, describe_target
 from hpclab.views.scaling_charts import scaling_efficiency
 from hpclab.views.traces import figure
@@ -55,6 +57,19 @@ def _figure_html(fig: go.Figure, first: bool) -> str:
     )
 
 
+def _findings_html(sentences: list[str]) -> list[str]:
+    """ "What these runs show": sentences computed from the runs (:mod:`hpclab.views.lessons`)."""
+    if not sentences:
+        return []
+    items = "".join(f"<li>{html.escape(s)}</li>" for s in sentences)
+    return [
+        "<h2>What these runs show</h2>",
+        f'<ul class="findings">{items}</ul>',
+        '<p class="note">Computed from the runs below (final validation accuracy, status, '
+        "peak learning rate); nothing in this list is written by hand.</p>",
+    ]
+
+
 def render_report(
     records_or_paths: Iterable[Any], title: str = "hpclab report", target: float | None = None
 ) -> str:
@@ -82,12 +97,14 @@ def render_report(
         ),
         ("Validation accuracy and throughput", describe_target(target, runs), cmp.figure()),
     ]
-    if len(runs) >= 2:
+    batch = [f for f in runs if not in_window(f)]  # lr-window runs get their own chart
+    window = [f for f in runs if in_window(f)]
+    if len(batch) >= 2:
         sections.append(
             (
                 "Accuracy vs global batch",
                 "Final validation accuracy per run, one line per learning-rate rule / optimizer.",
-                accuracy_vs_batch(runs),
+                accuracy_vs_batch(batch),
             )
         )
         sections.append(
@@ -95,8 +112,18 @@ def render_report(
                 "Steps and time to target",
                 describe_target(target, runs)
                 + " Open triangles: runs that never reached it, drawn at the steps/time "
-                "they ran (a lower bound).",
-                steps_to_target_chart(runs, target),
+                "they ran (a lower bound). Steps come from the held-out evaluations every "
+                "few steps when the runs have them, else from epoch ends.",
+                steps_to_target_chart(batch, target),
+            )
+        )
+    if window:
+        sections.append(
+            (
+                "The learning-rate window",
+                "Runs tagged lr-window: one global batch, several peak learning rates per "
+                "optimizer. The band where a line stays up is the range of LRs that train.",
+                lr_window_chart(window),
             )
         )
         if len({f.workers for f in runs}) > 1:
@@ -122,6 +149,7 @@ def render_report(
         f"<h1>{e(title)}</h1>",
         f'<p class="meta">Written {e(now)} · {len(runs)} run{"s" if len(runs) != 1 else ""}</p>',
         f'<table class="versions">{version_rows}</table>',
+        *_findings_html(findings(runs)),
         "<h2>Comparison</h2>",
         f'<p class="note">{e(describe_target(target, runs))}</p>',
         table_html(cmp.table),
