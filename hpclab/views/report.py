@@ -126,16 +126,16 @@ def render_report(
                 lr_window_chart(window),
             )
         )
-        if len({f.workers for f in runs}) > 1:
-            sections.append(
-                (
-                    "Scaling efficiency",
-                    "Throughput and E(N) = T_N / (N·T_1) vs "
-                    "workers; weak scaling keeps the per-worker batch, strong scaling "
-                    "the global batch.",
-                    scaling_efficiency(runs),
-                )
+    if len({f.workers for f in runs}) > 1:
+        sections.append(
+            (
+                "Scaling efficiency",
+                "Throughput and E(N) = T_N / (N·T_1) vs "
+                "workers; weak scaling keeps the per-worker batch, strong scaling "
+                "the global batch.",
+                scaling_efficiency(runs),
             )
+        )
 
     versions = _versions(runs)
     version_rows = "".join(
