@@ -182,51 +182,52 @@ NB01 = [
     md("""\
 # 01 · Batch size vs accuracy: the learning rate must follow the batch
 
+**You will learn** why a larger global batch needs a larger learning rate; what the linear
+scaling rule with warm-up buys and where it breaks; and what LARS's layer-wise trust ratio
+changes — measured here, not quoted.
+
 With *N* workers, every optimizer step consumes a **global batch** of *N* × `batch_per_worker`
 samples. A larger global batch means fewer steps per epoch — here an epoch is 32,768 samples,
 so 256 steps at batch 128 but only 16 steps at batch 2048. If the learning rate stays the same,
 the same number of epochs now makes far fewer weight updates.
 
-Three recipes, each at three global batch sizes (128, 512, 2048 on two workers), three epochs:
+Three recipes, each at three global batch sizes (128, 512, 2048 on two workers), six epochs,
+the learning rate decaying after its peak as in the LARS paper (`lr_schedule="poly"`):
 
-| recipe | learning rate at batch B | idea |
+| recipe | peak learning rate at batch B | idea |
 |---|---|---|
 | **no scaling** | 0.05 at every B | the baseline: what happens if you only change the batch |
-| **linear + warm-up** | 0.05 · B / 64, reached after a 1-epoch ramp | Goyal et al. 2017 (arXiv:1706.02677): *k* × the batch, *k* × the LR |
-| **LARS** | 0.2 · B / 2048, per-layer trust ratio η · ‖w‖ / ‖g‖ with η = 0.1 | You et al. 2017 (arXiv:1708.03888): each layer's step is scaled to its own weight norm |
+| **linear + warm-up** | 0.05 · B / 64, reached by a 1-epoch ramp from 0.05 | Goyal et al. 2017 (arXiv:1706.02677): *k* × the batch, *k* × the LR |
+| **LARS** | the same peak LRs and ramp; each layer's step scaled by its trust ratio η · ‖w‖ / ‖g‖, η = 0.01 | You et al. 2017 (arXiv:1708.03888) |
 
-Nine runs, about a minute and a half on two idle cores. The question is not which recipe "wins" —
-it is *what each recipe does as the batch grows*, including how it fails."""),
+LARS gets exactly linear's learning rates, so any difference between them is the trust ratio's
+doing. About three minutes in all on two idle cores."""),
     code("""\
+from IPython.display import Markdown
+
 from hpclab import Lab, RunConfig
-from hpclab.views.comparison import accuracy_vs_batch, compare"""),
+from hpclab.views.comparison import accuracy_vs_batch, compare
+from hpclab.views.lessons import findings_markdown
+from hpclab.views.lr_window import lr_window_chart"""),
     code("""\
 lab = Lab(workers=2)"""),
-    md(
-        PRESET_NOTE
-        + """
-
-The LARS settings (peak LR 0.2 at batch 2048, η = 0.1) were chosen for this lab by trying a few
-pairs at batch 2048. LARS always needs such tuning: the paper's η = 0.001 goes with the very
-large learning rates of ImageNet ResNets (try it in the exercise)."""
-    ),
+    md(PRESET_NOTE),
     code("""\
-base = RunConfig(num_samples=40960, epochs=3)
+base = RunConfig(num_samples=40960, epochs=6, lr_schedule="poly", warmup_epochs=1)
 
 no_scaling = base.replace(lr_scaling="none", warmup_epochs=0)
-linear = base.replace(lr_scaling="linear", warmup_epochs=1)
-lars = base.replace(optimizer="lars", lars_eta=0.1, base_lr=0.2, base_batch=2048,
-                    lr_scaling="linear", warmup_epochs=1)
+linear = base.replace(lr_scaling="linear")
+lars = linear.replace(optimizer="lars", lars_eta=0.01)
 
 batches = [64, 256, 1024]   # per worker: global batch 128, 512, 2048 on 2 workers"""),
     md("""\
 ## The sweep
 
 `lab.sweep(config, batch_per_worker=[...])` runs one training run per value, one after another,
-and prints a line per run with its global batch and peak learning rate. A diverged or failed
-run does not stop the sweep — it is a result. (Run the notebook again and the sweep *skips*
-points already recorded under `runs/`: delete that folder, or change a setting, to train
-afresh.)"""),
+and prints a line per run with its global batch and peak learning rate. A run that diverges
+(NaN loss) or collapses (its loss stays at chance level, ln 10 ≈ 2.30, past warm-up) does not
+stop the sweep: it is a result. Run the notebook again and the sweep reuses the runs already
+recorded under `runs/` (delete that folder, or change a setting, to train afresh)."""),
     code("""\
 records = (lab.sweep(no_scaling, batch_per_worker=batches)
            + lab.sweep(linear, batch_per_worker=batches)
@@ -236,60 +237,76 @@ accuracy_vs_batch(records)"""),
     code("""\
 compare(records).table[["label", "global_batch", "peak_lr", "status", "val_accuracy"]]"""),
     md("""\
-## Read the numbers
+## What these runs show
 
-Use the chart and the table above (final validation accuracy after three epochs; 0.10 is
-guessing):
-
-* **No scaling.** Follow its accuracy from batch 128 to 2048. If it falls, that is the fewer
-  updates at an unchanged learning rate: the runs are not unstable, they are *unfinished*.
-* **Linear + warm-up.** At batch 512 its learning rate is 8× the baseline's. Compare its
-  accuracy there with no-scaling's: if it is higher, scaling the LR bought back the progress the
-  missing steps cost. Then look at batch 2048, where the rule asks for LR 1.6.
-* **LARS.** At batch 2048, compare its accuracy with the other two. Also look at batch 128:
-  LARS settings tuned for a large batch are not automatically the best at a small one.
-
-Finally, does any recipe at batch 2048 come close to the batch-128 accuracies? At the largest
-batch every recipe gets only 48 updates in total (16 per epoch), against 768 at batch 128.
-Notebook 05 asks how many steps a given batch size really needs."""),
-    md("""\
-## A closer look at the largest batch
-
-Validation accuracy per epoch for the three recipes at batch 2048 (`records[2::3]` picks the
-last run of each sweep: no scaling, linear, LARS), then the per-epoch numbers of the linear
-run."""),
+The sentences below are computed from the runs above (`hpclab.views.lessons`), so they say what
+*your* runs did — including where a rule did not help. Compare them with the chart:"""),
     code("""\
-compare(records[2::3]).figure()"""),
-    code("""\
-records[5].epochs[["epoch", "step", "lr", "loss", "accuracy", "val_accuracy"]]"""),
+Markdown(findings_markdown(records))"""),
     md("""\
-If the linear run's training loss sits near **2.30 = ln 10** while its accuracy sits near
-0.10, the network ended up predicting (nearly) the same distribution for every input: the
-learning rate knocked it out of the region where it learns, and it never came back. hpclab
-marks a run `diverged` only when the loss turns NaN or infinite and stops it; a run like this
-one can collapse *quietly*, with status `finished`. Always read the accuracy, not just the
-status.
+Three things to look for. **No scaling**: if accuracy falls with the batch, the runs are not
+unstable, they are *unfinished* — fewer updates at the same learning rate. **Linear + warm-up**:
+where it is higher than no-scaling, the larger learning rate bought back the missing steps; at
+batch 2048 it asks for LR 1.6. **LARS** at batch 2048: the same LR, a different outcome? And at
+batch 128, where plain SGD trains well, is LARS better or worse?"""),
+    md("""\
+## The learning-rate window
 
-Warm-up is meant to help a large learning rate survive the first steps, while the weights
-are still random and the gradients large (Goyal et al. 2017). The batch-2048 linear run had
-a full epoch of warm-up: read its `lr` column above to see what it went through."""),
+One batch (2048) and six peak learning rates, 0.1 to 6.4, for momentum SGD and for LARS, now
+with 12 epochs (192 steps) so each run has room to learn. A large batch trains only inside a
+band of learning rates: below it too slowly, above it the loss diverges or collapses. The tag
+`lr-window` lets the report draw these runs as a window."""),
+    code("""\
+big = linear.replace(batch_per_worker=1024, epochs=12, lars_eta=0.01)
+window = lab.sweep(
+    big.replace(tags=("lr-window",)),
+    optimizer=["momentum", "lars"],
+    base_lr=[0.003125, 0.0125, 0.025, 0.05, 0.1, 0.2],  # x 2048/64: peak 0.1, 0.4 ... 6.4
+)"""),
+    code("""\
+lr_window_chart(window)"""),
+    code("""\
+Markdown(findings_markdown(window))"""),
+    md("""\
+LARS moves each layer by about `lr × η × ‖w‖` per step, whatever the size of its gradient: a
+layer whose gradient is huge compared with its weights — the case that blows plain SGD up at a
+large LR — takes the same *relative* step as every other layer. That is what widens the band.
+It is not a free lunch: η is one more knob, and past `lr × η` of a few percent per step LARS
+collapses too. With enough steps and a tuned LR, momentum SGD catches up: Nado et al. 2021 ("A
+Large Batch Optimizer Reality Check", arXiv:2102.06356) matched LARS and LAMB on ImageNet and
+BERT with well-tuned momentum and Adam. On this lab's machine, at batch 2048 with 30 epochs, the
+best momentum run reached 0.982 and the best LARS run 0.980 (docs/lessons.md has the sweep)."""),
+    md("""\
+## Does warm-up help?
+
+Warm-up is meant to let a large learning rate survive the first steps, while the weights are
+random and the gradients large (Goyal et al. 2017, sec. 2.2). Test it rather than believe it:
+batch 2048 (12 epochs), two peak learning rates, no warm-up vs 1 and 3 epochs of it."""),
+    code("""\
+warm = lab.sweep(big, base_lr=[0.0125, 0.025], warmup_epochs=[0, 1, 3])
+compare(warm).table[["label", "peak_lr", "status", "val_accuracy"]]"""),
+    md("""\
+Read the table pairwise (same peak LR, different warm-up). A 3-epoch warm-up spends a quarter of
+these 192 steps below the peak: it can cost more than it saves. Whichever way your numbers go,
+they are one seed each — the exercise asks you to check with another."""),
     md("""\
 ## Exercise
 
-1. Run LARS at batch 2048 with the paper's trust coefficient, `lars_eta=0.001`. What happens to
-   the accuracy, and why?
-2. Give the batch-2048 runs more steps: rerun the linear and LARS recipes at batch 2048 with
-   `epochs=12` (192 steps, still only seconds here). Which recipe benefits?
-3. Try the square-root rule, `lr_scaling="sqrt"` (LR 0.05 · √(B/64)), on the same three batches.
+1. Rerun the warm-up table with `seed=1`. Which differences survive a new seed?
+2. Run LARS at batch 2048 with the paper's trust coefficient, `lars_eta=0.001`, at the same peak
+   LRs. Where does its window sit now, and why?
+3. Give batch 2048 more steps: the window again with `epochs=24`. Does SGD's band widen?
 
-*Hints:* with LARS each layer moves by about `lr × η × ‖w‖` per step, so η = 0.001 with
-LR 0.2 means a relative change of 0.02 % per step — count how many steps 3 epochs give you.
-For 2 and 3 use `lab.sweep(linear.replace(epochs=12), batch_per_worker=[1024])` and
-`accuracy_vs_batch(...)` as above. The sqrt rule sits between "none" and "linear": safer at
-large batches, slower at medium ones."""),
+*Expected:* 1 — differences of a few points often flip; a collapse at a given LR usually
+repeats. 2 — with η = 0.001 each layer moves 10× less per step, so the whole band shifts up by
+about 10× in LR (and in 192 steps the low end barely trains). 3 — more steps raise every
+accuracy inside the band; its upper edge moves little (it is set by stability, not by steps).
+
+*Hints:* `lab.sweep(big.replace(optimizer="lars", lars_eta=0.001, tags=("lr-window",)),
+base_lr=[...])`, then `lr_window_chart(...)`."""),
     code("""\
 # your experiments here, e.g.
-# more = lab.sweep(lars.replace(lars_eta=0.001), batch_per_worker=[1024])
+# more = lab.sweep(big.replace(seed=1), base_lr=[0.0125, 0.025], warmup_epochs=[0, 1, 3])
 # compare(more).table"""),
     code("""\
 lab.stop()"""),

@@ -236,8 +236,9 @@ def configure_sweep(parser: argparse.ArgumentParser) -> None:
     """Options of ``hpclab sweep``."""
     parser.epilog = (
         "Every combination of the comma-separated values is one run; all are "
-        "validated before the first starts. Combinations already finished in "
-        "--runs-dir are skipped, so re-running a sweep resumes it. exit status: 0 "
+        "validated before the first starts. Combinations already recorded in --runs-dir "
+        "with a result (finished, diverged, collapsed) are skipped, so re-running a sweep "
+        "resumes it; stopped and failed ones run again. exit status: 0 "
         "every point ran to its end (diverged and collapsed ones included), 1 a point failed, "
         "2 usage mistake, 130 Ctrl-C."
     )

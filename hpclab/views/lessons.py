@@ -175,4 +175,20 @@ def findings(records: Iterable[Any]) -> list[str]:
     )
 
 
-__all__ = ["WINDOW_TAG", "FAILED", "findings", "in_window", "optimizer_name", "peak_lr"]
+def findings_markdown(records: Iterable[Any]) -> str:
+    """:func:`findings` as a Markdown list (for ``IPython.display.Markdown`` in a notebook)."""
+    said = findings(records)
+    if not said:
+        return "*These runs hold no comparison of batch sizes, rules or learning rates.*"
+    return "\n".join(f"* {s}" for s in said)
+
+
+__all__ = [
+    "WINDOW_TAG",
+    "FAILED",
+    "findings",
+    "findings_markdown",
+    "in_window",
+    "optimizer_name",
+    "peak_lr",
+]
