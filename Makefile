@@ -30,7 +30,7 @@ test: lint ## lint, then all tests: real MPI engines and Horovod, notebooks, the
 check: lint ## the fast tier (under a minute): lint plus every test that starts no engines
 	$(PY) -m pytest -q $(PYTEST_FAST)
 
-demo: setup ## 2-worker MNIST-1D sweep: batch size x {no scaling, linear+warmup, LARS} -> runs/demo/report.html
+demo: setup ## 2-worker MNIST-1D: batch x {no scaling, linear+warm-up, LARS}, LR window SGD vs LARS -> runs/demo/report.html
 	@scripts/demo.sh
 
 lab: setup ## JupyterLab on the workshop notebooks (prints the URL with its token)

@@ -97,6 +97,8 @@ def test_learning_rate_windows_are_described_per_optimizer(tmp_path):
         "from 1.6 it diverged (5 peak LRs from 0.1 to 3.2).",
         "At global batch 2,048, LARS (η 0.01) trained at peak lr 0.1–3.2 (best 0.910 at 1.6); "
         "from 6.4 it collapsed (5 peak LRs from 0.1 to 6.4).",
+        "At global batch 2,048 the band of peak learning rates that trained spanned 32x for "
+        "LARS (η 0.01) and 8x for momentum SGD (highest over lowest peak LR that trained).",
     ]
     page = render_report(runs)
     assert "What these runs show" in page and "The learning-rate window" in page

@@ -139,6 +139,7 @@ def _adaptive(runs: list[RunFacts]) -> list[str]:
 
 def _windows(runs: list[RunFacts]) -> list[str]:
     groups: dict[tuple, list[RunFacts]] = {}
+    widths: dict[int, list[tuple[float, str]]] = {}
     for f in runs:
         groups.setdefault((optimizer_name(f), f.global_batch), []).append(f)
     out = []
@@ -160,6 +161,15 @@ def _windows(runs: list[RunFacts]) -> list[str]:
             f"At global batch {batch:,}, {name} trained at peak lr {peak_lr(ok[0]):.4g}–"
             f"{peak_lr(ok[-1]):.4g} (best {_acc(best)} at {peak_lr(best):.4g}){tail} ({span})."
         )
+        widths.setdefault(batch, []).append((peak_lr(ok[-1]) / peak_lr(ok[0]), name))
+    for batch, ranked in widths.items():
+        if len(ranked) >= 2:
+            ranked.sort(reverse=True)
+            out.append(
+                f"At global batch {batch:,} the band of peak learning rates that trained spanned "
+                + " and ".join(f"{w:.3g}x for {name}" for w, name in ranked)
+                + " (highest over lowest peak LR that trained)."
+            )
     return out
 
 
