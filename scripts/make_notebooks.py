@@ -713,8 +713,11 @@ comparison.figure()"""),
 
 `mixed_float16` wraps the optimizer in a dynamic loss scaler (hpclab does this for you). CPUs
 have few fast float16 kernels, so on a CPU expect it to be slow; we run only 16 steps — enough
-to measure its speed, not its accuracy. On a GPU with Tensor Cores, mixed float16 with loss
-scaling is the standard way to train fast; that claim cannot be checked on this machine."""),
+to measure its speed, not its accuracy. Why float16 needs the scaler at all — gradients smaller
+than float16's ≈ 6e−8 flush to zero without it — is Micikevicius et al.'s measurement
+(arXiv:1710.03740, sec. 3.2), not this notebook's: the lab does not yet count underflowing
+gradients. On a GPU with Tensor Cores, mixed float16 with loss scaling is the standard way to
+train fast; that claim cannot be checked on this machine either."""),
     code("""\
 fp16 = lab.run(base.replace(precision="mixed_float16", max_steps=16))
 fp16.wait()

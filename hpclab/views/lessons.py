@@ -93,7 +93,10 @@ def _linear(runs: list[RunFacts]) -> list[str]:
         if a is None or a0 is None or base.status in FAILED:
             continue
         pair = f"{b:,} ({a0:.3f} → {a:.3f}, peak lr {peak_lr(f):.4g})"
-        (helped if a > a0 + SAME else hurt if a < a0 - SAME else []).append(pair)
+        if a > a0 + SAME:
+            helped.append(pair)
+        elif a < a0 - SAME:
+            hurt.append(pair)
     out = []
     if helped:
         out.append(
