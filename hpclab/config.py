@@ -69,6 +69,9 @@ class RunConfig:
     lars_eta: float = knob(0.001, "LARS trust coefficient (You et al. 2017)")
     # -- numerics and communication ----------------------------------------------------------------
     precision: str = knob("float32", "the compute dtype (mixed_* keep float32 weights)")
+    loss_scaling: bool = knob(
+        True, "mixed_float16: dynamic loss scaling (off: see what underflows)"
+    )
     fp16_allreduce: bool = knob(False, "Horovod: compress gradients to float16 for the allreduce")
     # -- engine behaviour ----------------------------------------------------------------------
     steps_per_call: int = knob(0, "optimizer steps per compiled call (0 = auto, ~0.15 s a call)")
@@ -199,6 +202,8 @@ class RunConfig:
             warm = f"+wu{self.warmup_epochs:g}" if ramps else ""
             sched = "" if self.lr_schedule == "constant" else f" {self.lr_schedule}"
             prec = "" if self.precision == "float32" else f" {self.precision.replace('mixed_', '')}"
+            if self.precision == "mixed_float16" and not self.loss_scaling:
+                prec += " unscaled"
             core = f"b{self.batch_per_worker} {opt}{self.lr_scaling}{warm}{sched}{prec}"
         return core if workers is None else f"{core} ×{workers}"
 
@@ -305,7 +310,7 @@ def _validate(cfg: RunConfig) -> None:
     _float_range(cfg, "publish_every_s", 0.0, 3600)
     _float_range(cfg, "hvd_cycle_time_ms", 0.0, 1000.0, lo_open=True)
     _float_range(cfg, "hvd_fusion_mb", 0.0, 4096.0)
-    for name in ("fp16_allreduce", "noise_scale", "xla"):
+    for name in ("fp16_allreduce", "noise_scale", "xla", "loss_scaling"):
         if not isinstance(getattr(cfg, name), bool):
             _fail(name, getattr(cfg, name), "True or False")
     if not isinstance(cfg.name, str) or len(cfg.name) > 120:

@@ -725,6 +725,22 @@ fp16.wait()
     md("""\
 Compare this `samples_per_sec` with the float32 runs above (same batch, same model).
 
+**Does this model need the loss scaler?** Turn it off (`loss_scaling=False`) and count: each run
+records the share of gradient elements that are exactly zero (`grad_zero_fraction`, sampled
+on each rank's own gradient). In float32 the zeros are dead ReLU units; under float16, gradients
+too small for its range (below ≈ 6e−8) would add to them."""),
+    code("""\
+fp16_off = lab.run(base.replace(precision="mixed_float16", max_steps=16, loss_scaling=False))
+fp16_off.wait()
+f32 = lab.run(base.replace(max_steps=16))  # the same 16 steps in float32
+f32.wait()
+{run.label: run.summary["grad_zero_fraction"] for run in (f32, fp16, fp16_off)}"""),
+    md("""\
+If the three shares are about equal, nothing underflowed: this small CNN's gradients, early in
+training and at a loss near 1, sit well inside float16's range (on the reference machine: 0.68 %
+zeros in all three). Underflow needs tiny gradients — late in training, deep networks, small
+losses — which is where Micikevicius et al. measured it. The exercise lets you look later.
+
 ## A model whose work is matrix multiplication
 
 16-bit units pay off when the work is large matrix and convolution arithmetic. ResNet-20
@@ -751,6 +767,10 @@ float16 too) is what decides the precision of real training runs."""),
    recipe at batch 2048 (`batch_per_worker=1024, lr_scaling="linear"`) in float32 and in
    `mixed_bfloat16` and compare.
 2. Measure float16 on ResNet-20: `lab.run(resnet.replace(precision="mixed_float16", max_steps=8))`.
+3. Later in training, gradients shrink. Train `base` in float32 for its 4 epochs, then look at
+   `run.history[["step", "loss", "grad_zero_fraction"]]`: does the share of zeros grow as the loss
+   falls? (float16 itself is too slow on a CPU for a long run; on a GPU, compare
+   `loss_scaling=True` and `False` over a whole run.)
 
 *Hints:* use `lab.sweep(config, precision=[...])` and `compare(...).table` as above. For 2,
 expect a long wait per step on a CPU — keep `max_steps` small. If you have a GPU cluster

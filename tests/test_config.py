@@ -170,4 +170,9 @@ def test_label_names_the_knobs():
     assert RunConfig(lr_scaling="none").label(1) == "b64 none ×1"  # global 64: nothing to warm up
     assert RunConfig(lr_schedule="poly").label() == "b64 linear+wu1 poly"
     assert "bfloat16" in RunConfig(precision="mixed_bfloat16").label()
+    assert (
+        RunConfig(precision="mixed_float16", loss_scaling=False)
+        .label()
+        .endswith("float16 unscaled")
+    )
     assert RunConfig(name="mine").label() == "mine"

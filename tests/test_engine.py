@@ -115,6 +115,21 @@ def test_mixed_float16_with_loss_scaling_and_fp16_allreduce(lab):
     assert run.summary["optimizer_steps"] == run.summary["steps"]
 
 
+def test_float16_without_loss_scaling_runs_and_counts_zero_gradients(lab):
+    """loss_scaling=False trains float16 without the scaler; every run counts the gradient
+    elements that are exactly 0 (dead units, or float16 underflow) on its sampled steps."""
+    short = dict(num_samples=4000, batch_per_worker=64, max_steps=12, steps_per_call=3)
+    f16 = lab.run(RunConfig(precision="mixed_float16", loss_scaling=False, **short))
+    f16.wait(timeout=300)
+    f32 = lab.run(RunConfig(**short)).wait(timeout=300)
+    assert f16.status == "finished" and f16.summary["optimizer_steps"] == 12
+    for summary in (f16.summary, f32):
+        assert 0.0 <= summary["grad_zero_fraction"] < 1.0
+    # four calls of three steps: one sampled step per call, one row per call at least
+    fractions = f16.history["grad_zero_fraction"].dropna()
+    assert len(fractions) >= 1 and fractions.between(0.0, 1.0).all()
+
+
 @pytest.mark.parametrize("change", [{"grad_allreduce": "per_tensor"}, {"xla": True}])
 def test_per_tensor_allreduce_and_xla_train_the_same_model(lab, change):
     # Same data, seed and updates: the replicas agree, and the result matches the default path to

@@ -21,6 +21,7 @@ from hpclab.rank.meters import (
     RankClock,
     ThroughputLog,
     WindowMeter,
+    decisions,
 )
 
 B, WORLD, SPE = 32, 2, 10  # batch per worker, ranks, steps per epoch
@@ -73,6 +74,27 @@ def test_window_row_from_reduced_sums_and_gathered_detail_then_resets():
     assert empty["loss"] == 0.0 and empty["samples_per_sec"] is None
     assert math.isnan(empty["grad_norm_small_sq"]) and math.isnan(empty["grad_norm_big_sq"])
     assert empty["rank_samples_per_sec"] == [None, None]
+
+
+def test_zero_gradient_share_per_window_and_over_the_run():
+    meter = WindowMeter(B, WORLD, SPE)
+    meter.add(reduced(grad_zeros=30, grad_elems=2 * 5000), 3)  # two ranks x 5000 elements
+    meter.add(reduced(grad_zeros=10, grad_elems=2 * 5000), 3)
+    first = meter.row(step=6, time_s=1.0, lr=0.1, detail=detail(), noise=None)
+    assert first["grad_zero_fraction"] == pytest.approx(40 / 20000)
+    meter.add(reduced(grad_zeros=200, grad_elems=2 * 5000), 3)
+    second = meter.row(step=9, time_s=2.0, lr=0.1, detail=detail(), noise=None)
+    assert second["grad_zero_fraction"] == pytest.approx(200 / 10000)  # the window only
+    assert meter.run_ratio("grad_zeros", "grad_elems") == pytest.approx(240 / 30000)  # the run
+    assert math.isnan(meter.row(step=9, time_s=2, lr=0.1, detail=detail(), noise=None)[
+        "grad_zero_fraction"])  # fmt: skip
+    assert WindowMeter(B, WORLD, SPE).run_ratio("grad_zeros", "grad_elems") is None
+
+
+def test_decisions_vector_by_name():
+    v = decisions(stop=True, publish=False, next_steps=17)
+    assert dict(zip(DECISIONS, v)) == {"stop": 1.0, "publish": 0.0, "next_steps": 17.0}
+    assert not decisions().any()  # what every other rank contributes
 
 
 def test_window_row_carries_the_running_noise_scale():

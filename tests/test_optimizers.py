@@ -301,6 +301,11 @@ def test_build_optimizer_mixed_float16_wraps_loss_scaling():
             build_optimizer(_cfg(precision=precision), 0.1),
             tf.keras.mixed_precision.LossScaleOptimizer,
         )
+    # loss_scaling=False: float16 without the scaler, to show what it prevents
+    plain = build_optimizer(
+        _cfg(optimizer="lars", precision="mixed_float16", loss_scaling=False), 0.1
+    )
+    assert isinstance(plain, LARS)
 
 
 def test_build_optimizer_rejects_unknown_name():

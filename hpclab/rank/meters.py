@@ -28,6 +28,8 @@ REDUCED = (
     "small_sq",  # |G_local|² at the call's sampled step (before the allreduce)
     "big_sq",  # |G_global|² at the same step (after it; equal on every rank)
     "noise_samples",  # ranks that sampled the norms this call (0 or world)
+    "grad_zeros",  # gradient elements exactly 0 at the call's last step (before the allreduce)
+    "grad_elems",  # gradient elements looked at (every rank, every call)
     "nonfinite",  # ranks whose loss was NaN or infinite
     "stop",  # rank 0 saw a stop request
     "publish",  # rank 0 asks every rank for its detail after this call
@@ -53,6 +55,8 @@ class WindowMeter:
         self.B, self.world, self.steps_per_epoch = batch_per_worker, world, steps_per_epoch
         self.reset()
 
+        self.total = np.zeros(len(REDUCED))  # over the whole run, never reset
+
     def reset(self) -> None:
         self.sums = np.zeros(len(REDUCED))
         self.steps = 0
@@ -60,7 +64,13 @@ class WindowMeter:
     def add(self, reduced: np.ndarray, steps: int) -> None:
         """One call's reduced telemetry, covering ``steps`` optimizer steps."""
         self.sums += reduced
+        self.total += reduced
         self.steps += steps
+
+    def run_ratio(self, num: str, den: str) -> float | None:
+        """Sum of REDUCED entry ``num`` over the run divided by ``den``'s; None if ``den`` is 0."""
+        d = self.total[R[den]]
+        return float(self.total[R[num]] / d) if d else None
 
     def row(
         self,
@@ -95,9 +105,19 @@ class WindowMeter:
             "grad_norm_small_sq": float(w[R["small_sq"]] / sampled) if sampled else float("nan"),
             "grad_norm_big_sq": float(w[R["big_sq"]] / sampled) if sampled else float("nan"),
             "noise_scale": noise.value if noise is not None else float("nan"),
+            # float16 without loss scaling: small gradients flush to zero (Micikevicius et al.)
+            "grad_zero_fraction": float(w[R["grad_zeros"]] / w[R["grad_elems"]])
+            if w[R["grad_elems"]]
+            else float("nan"),
         }
         self.reset()
         return row
+
+
+def decisions(stop: bool = False, publish: bool = False, next_steps: int = 0) -> np.ndarray:
+    """Rank 0's :data:`DECISIONS` as the vector a call sums (other ranks pass all zeros)."""
+    decided = {"stop": float(stop), "publish": float(publish), "next_steps": float(next_steps)}
+    return np.array([decided[name] for name in DECISIONS])
 
 
 class RankClock:

@@ -339,7 +339,8 @@ def build_optimizer(cfg: dict, learning_rate) -> tf.keras.optimizers.Optimizer:
     applies it *decoupled*, ``w -= lr * wd * w`` per step (Loshchilov & Hutter 2019,
     arXiv:1711.05101) — LAMB by its algorithm, sgd/momentum/adam through Keras's built-in
     ``weight_decay`` argument. Biases and normalisation parameters (``DEFAULT_EXCLUDE``) are never
-    decayed. For ``precision == "mixed_float16"`` the optimizer is wrapped in a dynamic
+    decayed. For ``precision == "mixed_float16"`` (unless ``loss_scaling`` is False, to show what
+    it prevents) the optimizer is wrapped in a dynamic
     ``tf.keras.mixed_precision.LossScaleOptimizer``; the training step must then use
     ``get_scaled_loss`` and ``get_unscaled_gradients``. ``mixed_bfloat16`` needs no loss scaling.
     """
@@ -372,7 +373,7 @@ def build_optimizer(cfg: dict, learning_rate) -> tf.keras.optimizers.Optimizer:
         raise ValueError(
             f"precision must be one of {', '.join(PRECISIONS)}; you passed precision={precision!r}."
         )
-    if precision == "mixed_float16":
+    if precision == "mixed_float16" and cfg.get("loss_scaling", True):
         # Dynamic loss scaling: float16 gradients underflow without it (TF mixed-precision guide).
         opt = tf.keras.mixed_precision.LossScaleOptimizer(opt)
     return opt

@@ -36,6 +36,7 @@ from hpclab.rank.meters import (
     RankClock,
     ThroughputLog,
     WindowMeter,
+    decisions,
 )
 from hpclab.rank.validation import Validation
 
@@ -79,7 +80,8 @@ class Trainer:
         schedule = self.schedule = optimizers.TableSchedule.for_run(self.cfg_dict, self.world)
         self.lr_table = schedule.table  # the same numbers as RunConfig.lr_at(step, world)
         self.optimizer = optimizers.build_optimizer(self.cfg_dict, schedule)
-        self.loss_scaled = cfg.precision == "mixed_float16"
+        self.loss_scaled = cfg.precision == "mixed_float16" and cfg.loss_scaling
+        self.grad_elems = float(sum(v.shape.num_elements() for v in self.model.trainable_variables))
         self.inner_opt = self.optimizer.inner_optimizer if self.loss_scaled else self.optimizer
         self.inner_opt.build(self.model.trainable_variables)
         if self.world > 1:
@@ -174,11 +176,15 @@ class Trainer:
         return tf.square(tf.linalg.global_norm(grads))
 
     def _step(self, x, y, sample):
-        """One optimizer step; |G_small|², |G_big|² only when ``sample`` (a scalar bool tensor)."""
+        """One optimizer step; |G_small|², |G_big|², gradient zeros only when ``sample``."""
         tf = self.tf
         loss, correct, grads = self.loss_and_grads(x, y)
-        zero = tf.constant(0.0)
-        small = big = zero
+        small = big = zero = tf.constant(0.0)
+        zeros = tf.cond(  # elements exactly 0 in this rank's own gradient (scaled or not)
+            sample,
+            lambda: tf.add_n([tf.reduce_sum(tf.cast(tf.equal(g, 0), tf.float32)) for g in grads]),
+            lambda: zero,
+        )
         if self.track_noise:
             small = tf.cond(sample, lambda: self._sq_norm(grads), lambda: zero)  # before allreduce
         if self.world > 1:
@@ -191,7 +197,7 @@ class Trainer:
             # scale (dynamic loss scaling, Micikevicius et al. 2018, arXiv:1710.03740).
             grads = self.optimizer.get_unscaled_gradients(grads)
         self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
-        return loss, correct, small, big
+        return loss, correct, small, big, zeros
 
     def _train_call(self, epoch, start, steps, decisions):
         """``steps`` optimizer steps from step ``start`` of ``epoch``; the reduced telemetry."""
@@ -201,11 +207,10 @@ class Trainer:
 
         def body(i, sums):
             x, y = self.feed.batch_at(order, start + i)
-            loss, correct, small, big = self._step(x, y, tf.equal(i, last))
-            return i + 1, sums + tf.stack([loss, correct, small, big])
+            return i + 1, sums + tf.stack(self._step(x, y, tf.equal(i, last)))
 
         _, sums = tf.while_loop(
-            lambda i, _: i < steps, body, (tf.constant(0), tf.zeros(4)), parallel_iterations=1
+            lambda i, _: i < steps, body, (tf.constant(0), tf.zeros(5)), parallel_iterations=1
         )
         decided = tf.cast(decisions, tf.float32)
         entries = {  # this rank's share of meters.REDUCED, by name
@@ -215,6 +220,8 @@ class Trainer:
             "small_sq": sums[2],
             "big_sq": sums[3],
             "noise_samples": tf.constant(1.0 if self.track_noise else 0.0),
+            "grad_zeros": sums[4],
+            "grad_elems": tf.constant(self.grad_elems, tf.float32),
             "nonfinite": 1.0 - tf.cast(tf.math.is_finite(sums[0]), tf.float32),
             **{name: decided[i] for i, name in enumerate(DECISIONS)},
         }
@@ -332,7 +339,8 @@ class Trainer:
                 peak_lr=cfg.peak_lr(world),
             )  # fmt: skip
         feed.publish(status, step, time.perf_counter())  # final rows; every rank left the loop
-        summary = self._summary(status, error, step, epochs, rates, noise, feed, train_time, wall0)
+        summary = self._summary(status, error, step, epochs, rates, noise, feed, window, wall0)
+        summary["train_time_s"] = train_time
         return {**summary, **timing}
 
     def _to_eval(self, step: int) -> int:
@@ -341,19 +349,12 @@ class Trainer:
 
     def _decide(self, sizer: CallSizer, feed: Publisher):
         """Rank 0's decisions (meters.DECISIONS); the other ranks contribute zeros to the sums."""
-        out = self.np.zeros(len(DECISIONS))
         if self.rank != 0:
-            return out
-        decided = {
-            "stop": 1.0 if self.stop_file.exists() else 0.0,  # only rank 0 touches the file
-            "publish": 1.0 if feed.due(time.perf_counter()) else 0.0,
-            "next_steps": sizer.plan(),
-        }
-        for i, name in enumerate(DECISIONS):
-            out[i] = decided[name]
-        return out
+            return decisions()
+        # only rank 0 touches the STOP file
+        return decisions(self.stop_file.exists(), feed.due(time.perf_counter()), sizer.plan())
 
-    def _summary(self, status, error, step, epochs, rates, noise, feed, train_time, wall0):
+    def _summary(self, status, error, step, epochs, rates, noise, feed, window, wall0):
         cfg, world = self.cfg, self.world
         last_epoch = epochs.rows[-1] if epochs.rows else {}
         summary = {
@@ -371,11 +372,11 @@ class Trainer:
             "train_accuracy": last_epoch.get("accuracy"),
             **rates.summary(),
             "noise_scale": noise.value if noise is not None else None,
+            "grad_zero_fraction": window.run_ratio("grad_zeros", "grad_elems"),
             "weights_digest": self.digest(),
             # what the optimizer itself counted and used last (tests check them against steps)
             "optimizer_steps": int(self.optimizer.iterations.numpy()),
             "optimizer_last_lr": float(self.schedule(self.optimizer.iterations - 1)),
-            "train_time_s": train_time,
             "wall_time_s": time.time() - wall0,
         }
         if self.rank == 0:
