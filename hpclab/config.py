@@ -49,7 +49,7 @@ class RunConfig:
     dataset: str = knob(
         "mnist1d", "the data: generated (mnist1d, blobs, synthetic) or staged in data/"
     )
-    num_samples: int = knob(40000, f"mnist1d/blobs/synthetic: samples generated ({_HELD_OUT})")
+    num_samples: int = knob(40960, f"mnist1d/blobs/synthetic: samples generated ({_HELD_OUT})")
     image_shape: tuple = knob((32, 32, 3), "synthetic: H, W, C of the random images")
     synthetic_classes: int = knob(10, "synthetic: label classes (1000 = ImageNet's head)")
     model: str = knob("cnn1d", "the network; it must accept the dataset's input (1-D or images)")

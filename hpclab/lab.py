@@ -356,8 +356,9 @@ class Lab:
         return run_sweep(self, cfg, progress=progress, **grid)
 
     def panel(self, **kwargs):
-        """The control panel and live dashboard (kwargs go to `hpclab.views.panel.Panel`,
-        e.g. `base=RunConfig(...)` for the knobs' starting values)."""
+        """The control panel and live dashboard (kwargs go to `hpclab.views.panel.Panel`:
+        `preset="quick"` (a name in `hpclab.presets`) or `base=RunConfig(...)` sets the knobs'
+        starting values; the workshop preset by default)."""
         from hpclab.views.panel import Panel
 
         return Panel(self, **kwargs).widget

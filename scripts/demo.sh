@@ -3,7 +3,8 @@
 # of momentum SGD vs LARS at the largest batch. One self-contained HTML report opens with what the
 # runs show, in sentences computed from their numbers (hpclab/views/lessons.py).
 #
-# Every run: the same epochs, base_lr 0.05 tuned at global batch 64, a 2-epoch warm-up from
+# Every run starts from the workshop preset (hpclab.presets: MNIST-1D, 40,960 samples, the 1-D CNN,
+# momentum 0.9, base_lr 0.05 tuned at global batch 64) with 10 epochs, a 2-epoch warm-up from
 # peak x 64/B up to the peak, then polynomial (power 2) decay as in the LARS paper.
 #   sweep 1  momentum SGD, lr not scaled vs linear scaling (Goyal et al. 2017), per worker 64,
 #            256, 1024 (global 128, 512, 2048): without scaling the large batches under-train;
@@ -23,9 +24,8 @@ RUNS="${HPCLAB_DEMO_RUNS:-runs/demo}"
 EPOCHS="${HPCLAB_DEMO_EPOCHS:-10}"
 T0=$SECONDS
 
-COMMON=(--workers 2 --runs-dir "$RUNS" --dataset mnist1d --num-samples 40000 --model cnn1d
-        --epochs "$EPOCHS" --base-lr 0.05 --base-batch 64 --warmup-epochs 2 --lr-schedule poly
-        --momentum 0.9 --seed 0)
+COMMON=(--workers 2 --runs-dir "$RUNS" --preset workshop
+        --epochs "$EPOCHS" --warmup-epochs 2 --lr-schedule poly)
 LARS=(--optimizer lars --lars-eta 0.01)
 
 echo "==> [demo] sweep 1/3: momentum SGD, learning rate not scaled vs linear scaling + warm-up"

@@ -40,8 +40,11 @@ def code(text: str):
 # The preset every notebook starts from. 40,960 samples = 32,768 for training (a power of two, so
 # every batch size used here divides an epoch exactly) + 8,192 for validation.
 PRESET_NOTE = """\
-**The preset.** `num_samples=40960` gives 32,768 training samples (a power of two, so every
-batch size in these notebooks divides an epoch exactly) and 8,192 validation samples. The
+**The preset.** Every run here starts from `WORKSHOP` (`hpclab.presets`, the same as
+`RunConfig()`'s defaults, the panel's and the CLI's): MNIST-1D with `num_samples=40960`, i.e.
+32,768 training samples (a power of two, so every batch size in these notebooks divides an epoch
+exactly) and 8,192 validation samples; a lesson changes only what it varies, with
+`WORKSHOP.replace(...)`. The
 first notebook that asks for it generates MNIST-1D once and caches it in `data/` (about half a
 minute); afterwards it loads in a blink. Each run starts with a short compile (a second or two),
 then runs many optimizer steps per TensorFlow call, so Python's overhead hardly shows."""
@@ -70,7 +73,8 @@ epochs while a live dashboard draws, and read the health signs. It takes about a
 import pandas as pd
 
 import hpclab
-from hpclab import Lab, RunConfig
+from hpclab import Lab
+from hpclab.presets import WORKSHOP
 from hpclab.views.live import Dashboard
 
 hpclab.__version__"""),
@@ -101,7 +105,7 @@ ranks), the peak learning rate after scaling, and the steps per epoch.
         + PRESET_NOTE
     ),
     code("""\
-cfg = RunConfig(num_samples=40960, batch_per_worker=64, epochs=2)
+cfg = WORKSHOP.replace(epochs=2)
 cfg.derived(lab.workers)"""),
     md("""\
 ## Train, and watch it live
@@ -206,7 +210,8 @@ doing. About three minutes in all on two idle cores."""),
     code("""\
 from IPython.display import Markdown
 
-from hpclab import Lab, RunConfig
+from hpclab import Lab
+from hpclab.presets import WORKSHOP
 from hpclab.views.comparison import accuracy_vs_batch, compare
 from hpclab.views.lessons import findings_markdown
 from hpclab.views.lr_window import lr_window_chart"""),
@@ -214,7 +219,7 @@ from hpclab.views.lr_window import lr_window_chart"""),
 lab = Lab(workers=2)"""),
     md(PRESET_NOTE),
     code("""\
-base = RunConfig(num_samples=40960, epochs=6, lr_schedule="poly", warmup_epochs=1)
+base = WORKSHOP.replace(lr_schedule="poly")
 
 no_scaling = base.replace(lr_scaling="none", warmup_epochs=0)
 linear = base.replace(lr_scaling="linear")
@@ -339,13 +344,14 @@ notebook measures both halves on two workers, about two minutes."""),
     code("""\
 import plotly.express as px
 
-from hpclab import Lab, RunConfig
+from hpclab import Lab
+from hpclab.presets import WORKSHOP
 from hpclab.views.comparison import compare, steps_to_target_chart"""),
     code("""\
 lab = Lab(workers=2)"""),
     md(PRESET_NOTE),
     code("""\
-base = RunConfig(num_samples=40960)"""),
+base = WORKSHOP"""),
     md("""\
 ## Part 1 — hardware efficiency: samples/s vs batch
 
@@ -454,6 +460,7 @@ number of workers):
 | ResNet-20 on 32×32×3 synthetic images | ≈ 0.27 M (1.1 MB) | far more: 2-D convolutions over 32×32 images |"""),
     code("""\
 from hpclab import Lab, RunConfig
+from hpclab.presets import WORKSHOP
 from hpclab.views.comparison import compare, scaling_efficiency"""),
     code("""\
 lab = Lab(workers=2)"""),
@@ -465,8 +472,7 @@ We read throughput only, so the runs are short: 128 steps for the CNN, 48 for Re
 blow-up at a large batch."""
     ),
     code("""\
-cnn = RunConfig(num_samples=40960, epochs=16, max_steps=128,
-                lr_scaling="none")
+cnn = WORKSHOP.replace(epochs=16, max_steps=128, lr_scaling="none")
 resnet = RunConfig(dataset="synthetic", model="resnet20", num_samples=4096,
                    batch_per_worker=16, max_steps=48, lr_scaling="none")"""),
     md("""\
@@ -565,7 +571,8 @@ side by side: the noise-scale estimate, and the measured knee."""),
     code("""\
 import pandas as pd
 
-from hpclab import Lab, RunConfig
+from hpclab import Lab
+from hpclab.presets import WORKSHOP
 from hpclab.views.comparison import compare, steps_to_target_chart
 from hpclab.views.live import figure"""),
     code("""\
@@ -579,8 +586,7 @@ same recipe as notebook 02, so if you ran 02 first, the sweep reuses its four re
 only trains the fifth."""
     ),
     code("""\
-accurate = RunConfig(num_samples=40960, epochs=6, lr_scaling="sqrt",
-                     warmup_epochs=1)
+accurate = WORKSHOP.replace(lr_scaling="sqrt")
 records = lab.sweep(accurate, batch_per_worker=[64, 128, 256, 512, 1024])"""),
     md("""\
 ## The knee: steps to target vs batch
@@ -675,12 +681,13 @@ converted back and forth and is usually *slower*. This notebook measures what *t
 does — the numbers depend on its CPU — and whether accuracy survives."""),
     code("""\
 from hpclab import Lab, RunConfig
+from hpclab.presets import WORKSHOP
 from hpclab.views.comparison import compare"""),
     code("""\
 lab = Lab(workers=2)"""),
     md(PRESET_NOTE),
     code("""\
-base = RunConfig(num_samples=40960, batch_per_worker=256, epochs=4)"""),
+base = WORKSHOP.replace(batch_per_worker=256, epochs=4)"""),
     md("""\
 ## float32 vs mixed bfloat16, same run otherwise
 

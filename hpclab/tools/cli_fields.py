@@ -181,6 +181,13 @@ def add_field_options(parser: argparse.ArgumentParser, *, many: bool) -> None:
         if not many
         else "run configuration (hpclab.RunConfig fields; comma-separated values are swept)"
     )
+    group.add_argument(
+        "--preset",
+        default=None,
+        metavar="NAME",
+        help="start from a named preset (hpclab.presets: workshop, quick, cluster_gpu); the "
+        "options below override it (their defaults shown are the workshop preset's)",
+    )
     for f in fields():
         help_text = f"{f.help} (default: {f.default_text()})".replace("%", "%%")
         if f.kind == "bool":
@@ -223,9 +230,24 @@ def add_field_options(parser: argparse.ArgumentParser, *, many: bool) -> None:
         )
 
 
+def base_config(args: argparse.Namespace, **fields: Any):
+    """``--preset``'s RunConfig (the workshop's when none is named) with `fields` applied."""
+    from hpclab.presets import preset
+
+    return preset(getattr(args, "preset", None) or "workshop").replace(**fields)
+
+
 def field_values(args: argparse.Namespace) -> dict[str, Any]:
     """The RunConfig fields given on the command line: name -> value (a list for a sweep)."""
     return {k[len("field_") :]: v for k, v in vars(args).items() if k.startswith("field_")}
 
 
-__all__ = ["CHOICES", "Field", "fields", "convert", "add_field_options", "field_values"]
+__all__ = [
+    "CHOICES",
+    "Field",
+    "fields",
+    "convert",
+    "add_field_options",
+    "base_config",
+    "field_values",
+]

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from hpclab import jsonio
-from hpclab.tools.cli_fields import add_field_options, field_values
+from hpclab.tools.cli_fields import add_field_options, base_config, field_values
 from hpclab.tools.cli_progress import Progress, say
 
 #: Exit status of ``hpclab`` commands: a run's end status, or how the command itself ended.
@@ -155,10 +155,9 @@ def configure_run(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """``hpclab run``: one run on ``--workers`` engines; the exit status is how it ended."""
-    from hpclab.config import RunConfig
     from hpclab.sweep import check_staged
 
-    cfg = RunConfig(**field_values(args))
+    cfg = base_config(args, **field_values(args))
     workers = args.workers
     d = cfg.derived(workers)  # validates workers against the config (ConfigError)
     runs_dir, data_dir = _lab_dirs(args)
@@ -258,12 +257,11 @@ def configure_sweep(parser: argparse.ArgumentParser) -> None:
 def sweep(args: argparse.Namespace) -> int:
     """``hpclab sweep``: every combination once (finished ones skipped), then a report."""
     from hpclab import sweep as sweeps
-    from hpclab.config import RunConfig
 
     values = field_values(args)
     fixed = {k: v[0] for k, v in values.items() if len(v) == 1}
     grid = {k: v for k, v in values.items() if len(v) > 1}
-    cfg = RunConfig(**fixed)
+    cfg = base_config(args, **fixed)
     runs_dir, data_dir = _lab_dirs(args)
     grid["workers"] = args.workers
     points = sweeps.plan(cfg, runs_dir, current_workers=args.workers[0], data_dir=data_dir, **grid)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from hpclab import presets
 from hpclab.catalog import STAGED_DATASETS
 from hpclab.config import RunConfig
 from hpclab.errors import ConfigError, LabError
@@ -45,6 +46,7 @@ class Panel:
     workers: the initial value of the workers knob (default: the lab's workers, else 2).
     base:    the RunConfig the knobs start from; fields without a knob (steps_per_call, seed, …)
              are taken from it unchanged.
+    preset:  without `base`, the named preset (:mod:`hpclab.presets`) it starts from instead.
     """
 
     def __init__(
@@ -53,12 +55,13 @@ class Panel:
         *,
         workers: int | None = None,
         base: RunConfig | None = None,
+        preset: str = "workshop",
         dashboard: bool = True,
     ):
         if base is not None and not isinstance(base, RunConfig):
             raise ConfigError(f"Panel.base must be a RunConfig; you passed {type(base).__name__}.")
         self.lab = lab
-        self.base = base or RunConfig()
+        self.base = base or presets.preset(preset)  # the knobs start here
         self.runs: list = []  # runs started from this panel, oldest first
         self.run = None  # the newest of them
         self.derived: dict | None = None  # RunConfig.derived for the current knobs (None: invalid)
