@@ -92,6 +92,39 @@ engine, how many CPU threads it may use and how many GPUs it sees. On a cluster 
 differ; here both ranks share one machine."""),
     code("""\
 pd.DataFrame(lab.ranks)"""),
+    md("""\
+## How the lab works
+
+```
+ this notebook's kernel                        the lab's processes (one machine here,
+ (Lab, Run, panel, charts)                     many nodes on a cluster)
+┌──────────────────────┐   ZeroMQ   ┌───────────────────────────────┐
+│ your cells run here  │◀─────────▶│ ipyparallel controller        │
+│ writes runs/<id>/    │            │ routes tasks and telemetry    │
+└──────────────────────┘            └──────────────┬────────────────┘
+                                                   │
+                  ┌────────────────────────────────┴───────────────────────────┐
+                  ▼                                                            ▼
+       ┌─────────────────────┐     MPI allreduce every step     ┌─────────────────────┐
+       │ engine = MPI rank 0 │◀────────────────────────────────▶│ engine = MPI rank 1 │
+       │ model copy, shard 0 │   (Horovod: sum the gradients,   │ model copy, shard 1 │
+       │ of the training set │    divide by N, all get it back) │ of the training set │
+       └─────────────────────┘                                  └─────────────────────┘
+```
+
+* **Controller and engines.** `Lab` starts an [ipyparallel](https://ipyparallel.readthedocs.io/)
+  *controller* and *N engines*: Python processes that wait for work. The engines are started by
+  `mpiexec` (by `srun` under Slurm), so they are **MPI ranks**: each knows its rank (0 … N−1),
+  the world size N, and its **local rank**, its index among the ranks on its own node.
+* **Where each cell runs.** Every cell of this notebook runs in your kernel. `lab.run(cfg)`
+  sends the training function to every engine; the training loop runs *there*, in parallel.
+  Rank 0 streams telemetry back through the controller; the kernel draws it and records it.
+* **Devices.** On a GPU node each rank uses the GPU of its local rank (4 ranks on a 4-GPU node:
+  one GPU each; Horovod's recipe). Here there is no GPU: each rank gets its own CPU threads.
+* **One step.** Every rank computes the gradient of *its own* batch; Horovod's **allreduce**
+  sums the gradients of all ranks and divides by N, inside MPI, and every rank applies that same
+  average. The model copies therefore stay identical: the health check below tests exactly
+  that."""),
     md(
         """\
 ## Describe a run
@@ -186,10 +219,6 @@ lab.stop()"""),
 NB01 = [
     md("""\
 # 01 · Batch size vs accuracy: the learning rate must follow the batch
-
-**You will learn** why a larger global batch needs a larger learning rate; what the linear
-scaling rule with warm-up buys and where it breaks; and what LARS's layer-wise trust ratio
-changes — measured here, not quoted.
 
 With *N* workers, every optimizer step consumes a **global batch** of *N* × `batch_per_worker`
 samples. A larger global batch means fewer steps per epoch — here an epoch is 32,768 samples,
@@ -303,12 +332,6 @@ they are one seed each — the exercise asks you to check with another."""),
 2. Run LARS at batch 2048 with the paper's trust coefficient, `lars_eta=0.001`, at the same peak
    LRs. Where does its window sit now, and why?
 3. Give batch 2048 more steps: the window again with `epochs=24`. Does SGD's band widen?
-
-*Expected:* 1 — differences of a few points often flip; a collapse at a given LR usually
-repeats. 2 — with η = 0.001 each layer moves 10× less per step: the low end barely trains, and
-on the reference machine the band did *not* simply move 10× up — it still collapsed from peak
-12.8 (docs/lessons.md; the biases, left out of the trust ratio, take the raw LR). 3 — more steps raise every
-accuracy inside the band; its upper edge moves little (it is set by stability, not by steps).
 
 *Hints:* `lab.sweep(big.replace(optimizer="lars", lars_eta=0.001, tags=("lr-window",)),
 base_lr=[...])`, then `lr_window_chart(...)`."""),
@@ -800,6 +823,146 @@ NOTEBOOKS = {
 
 
 # =============================================================================================
+# pedagogy: objectives at the top, answers after the exercise, take-aways before the lab stops
+# =============================================================================================
+OBJECTIVES = {
+    "00_welcome": """\
+* start a lab of MPI workers from a notebook, and say what runs where: your kernel, the
+  controller, the engines (MPI ranks), and what Horovod's allreduce does every step;
+* read a `RunConfig`'s derived numbers — global batch, peak learning rate, steps — before a run;
+* train while a live dashboard draws, and check a run's health: status, accuracy against
+  chance, identical weights on every rank.""",
+    "01_batch_size_accuracy": """\
+* explain why the same epochs at a larger batch under-train when the learning rate stays put;
+* measure what the linear scaling rule with warm-up buys, and the batch where it breaks;
+* measure what LARS's layer-wise trust ratio changes: the band of learning rates that train;
+* test a claim (warm-up helps) instead of quoting it, and judge one seed's evidence.""",
+    "02_hardware_vs_statistical": """\
+* measure hardware efficiency (samples per second) against the batch size;
+* measure statistical efficiency (optimizer steps to a target accuracy) against the batch size;
+* combine them into time to target, and find the batch where more batch stops paying.""",
+    "03_precision": """\
+* name what float32, bfloat16 and float16 keep and lose, and why float16 needs loss scaling;
+* measure a precision's speed against the noise floor of two identical runs;
+* check whether accuracy survives, and whether this model's gradients underflow in float16.""",
+    "04_scaling_out": """\
+* tell weak from strong scaling and compute the scaling efficiency E(N) = T_N / (N · T_1);
+* measure how E(2) depends on the work per step (batch, model size);
+* judge when a measurement on a shared machine can be trusted.""",
+    "05_critical_batch": """\
+* read the three regimes of data parallelism off a steps-to-target curve (Shallue et al. 2018);
+* explain the gradient noise scale B_noise and how data parallelism measures it for free;
+* compare the measured knee with B_noise, and say what limits the estimate.""",
+}
+
+TAKEAWAYS = {
+    "00_welcome": """\
+* The lab is one controller and N engines started by `mpiexec` (or `srun` on a cluster): MPI
+  ranks, each with a full model and a shard of the data. Your cells run in the kernel; training
+  runs on the engines.
+* Global batch = workers × batch per worker; `cfg.derived(workers)` tells you the steps and the
+  peak learning rate before anything runs.
+* A healthy run: `finished`, accuracy well above 1/10, one weights digest on every rank.""",
+    "01_batch_size_accuracy": """\
+* The same epochs at a larger batch are fewer updates: without scaling the learning rate, large
+  batches under-train.
+* Linear scaling with warm-up buys the accuracy back up to a batch where its learning rate is
+  too large; there the run diverges or collapses to chance.
+* LARS widens the band of learning rates that train at a large batch. Given enough steps and a
+  tuned LR, momentum SGD reaches about the same accuracy (Nado et al. 2021).
+* One seed is one sample: a difference of a few points is a question, not a result.""",
+    "02_hardware_vs_statistical": """\
+* Larger batches raise samples per second (hardware efficiency) until the per-step overheads
+  are amortised.
+* Past some batch, steps to target stop falling as 1/B (statistical efficiency is lost).
+* Time to target is the product: the fastest batch is where the two balance, not the largest.""",
+    "03_precision": """\
+* bfloat16 keeps float32's range with fewer digits; float16 keeps digits but loses range, hence
+  loss scaling.
+* A speed-up is real only if it exceeds the gap between two identical runs; 16-bit speed needs
+  16-bit hardware units.
+* Whether gradients underflow is a property of the model and the stage of training: count it.""",
+    "04_scaling_out": """\
+* E(N) compares N workers with N times one worker; weak scaling keeps the per-worker batch,
+  strong scaling splits a fixed global batch.
+* Small steps scale worst: per-step costs (the allreduce, the wait for the slowest rank) do not
+  shrink with the batch.
+* On a shared machine, repeat a measurement before you trust a difference.""",
+    "05_critical_batch": """\
+* Steps to target fall as 1/B up to a critical batch, then flatten.
+* The gradient noise scale B_noise = tr Σ / |G|² predicts that batch to within a factor of a
+  few, and grows as training goes on.
+* Two workers give the estimator two batch sizes for free; more workers sharpen it.""",
+}
+
+ANSWERS = {
+    "00_welcome": """\
+**Batch 512 per worker (global 1,024) for two epochs.** Throughput goes *up*: 8× fewer, larger
+steps spend less time on per-step costs (the Python call, the allreduce), so expect several
+times the samples per second of batch 64. Validation accuracy after two epochs goes *down*: two
+epochs are now 64 optimizer steps instead of 512, and the linear rule's peak learning rate,
+0.05 × 1024/64 = 0.8, is large for this CNN. Both effects are notebooks 01's and 02's subject.""",
+    "01_batch_size_accuracy": """\
+1. **Another seed.** Differences of a few points between warm-up settings often flip with the
+   seed; a collapse at a given peak LR usually repeats. Only the second kind is a finding.
+2. **LARS with η = 0.001.** Each layer now moves 10× less per step, so the low end of the band
+   barely trains in 192 steps. On the reference machine the band did *not* simply move 10× up:
+   it still collapsed from peak 12.8 (docs/lessons.md; the biases, which LARS leaves out of the
+   trust ratio, take the raw LR).
+3. **More steps.** Every accuracy inside the band rises; the upper edge of the band moves little
+   — it is set by stability, not by the number of steps.""",
+    "02_hardware_vs_statistical": """\
+**The linear rule at global 512 and 1,024** (peak LR 0.4 and 0.8 instead of 0.14 and 0.2).
+Expect the 512 run's steps to target to move toward the dotted 1/B line: its larger learning
+rate makes each step count for more. At 1,024 the linear peak of 0.8 is close to where momentum
+SGD stops training this CNN (notebook 01's window): it may reach the target in fewer steps or
+not at all. Either outcome makes the point: steps to target measure the rule *and* the batch.""",
+    "03_precision": """\
+1. **A large LR in bfloat16.** Expect float32 and bfloat16 to fail at about the same learning
+   rates on this model: bfloat16's rounding is small next to the learning rate's effect. A
+   difference at the very edge of the window is one seed's.
+2. **float16 on ResNet-20, on a CPU.** Much slower than float32: CPUs have few float16 kernels.
+   On the reference machine the small CNN ran at about 3,300 samples/s in float16 against about
+   66,000 in float32.
+3. **Zeros later in training.** In float32 the share of zero gradient elements comes from ReLU
+   units that do not fire; it can grow as units die. Under float16 without loss scaling,
+   gradients below ≈ 6e−8 would add to it — on a GPU, compare `loss_scaling=True` and `False`
+   over a whole run to see the scaler's effect.""",
+    "04_scaling_out": """\
+1. **fp16_allreduce.** Little change for the CNN: its 21 kB allreduce is bound by latency, not
+   by bandwidth, and compression only shortens the size ÷ bandwidth part. For ResNet-20 (1.1 MB)
+   it can help a little on a network; within one machine, where ranks talk through shared
+   memory, hardly at all. Any difference smaller than a repeat's spread is noise.
+2. **steps_per_call=1.** Throughput drops on 1 worker *and* on 2: every step now pays a Python
+   round trip. The drop at 1 worker, where there is no allreduce, shows that this overhead is
+   the call's, not the allreduce's.""",
+    "05_critical_batch": """\
+1. **Twice the base learning rate.** If the two largest batches now reach the target in fewer
+   steps, part of the bend was the square-root rule giving them too small a learning rate. If
+   they do not (or stop reaching it), the bend was the batch's — or the LR is now too large.
+2. **More workers.** With 4 workers B_big / B_small = 4: the difference |G_small|² − |G_big|² is
+   larger next to its noise, so the curves are steadier. On 2 cores, 4 workers share the cores:
+   the estimate still works, throughput does not.""",
+}
+
+
+def pedagogy(name: str, cells: list) -> list:
+    """Objectives after the title, then the lesson, answers after the exercise, take-aways last."""
+    title, *body, stop = cells
+    return [
+        title,
+        md("## Learning objectives\n\nAfter this notebook you can\n\n" + OBJECTIVES[name]),
+        *body,
+        md(
+            "## Answers\n\n<details>\n<summary>Expected results and answers (open after you "
+            "tried)</summary>\n\n" + ANSWERS[name] + "\n\n</details>"
+        ),
+        md("## Take-aways\n\n" + TAKEAWAYS[name]),
+        stop,
+    ]
+
+
+# =============================================================================================
 # building
 # =============================================================================================
 
@@ -813,7 +976,7 @@ def build() -> dict:
             "kernelspec": dict(KERNELSPEC),
             "language_info": {"name": "python", "pygments_lexer": "ipython3"},
         }
-        for i, (kind, text) in enumerate(cells):
+        for i, (kind, text) in enumerate(pedagogy(name, cells)):
             cell = new_markdown_cell(text) if kind == "markdown" else new_code_cell(text)
             cell.id = f"{name[:2]}-{i:02d}"
             nb.cells.append(cell)
