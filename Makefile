@@ -7,7 +7,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PYTEST_FAST := -m "not mpi and not notebook and not browser and not slurm and not hub"
 
-.PHONY: help setup lint test check demo lab kernel bench lock clean distclean
+.PHONY: help setup lint test check demo lab strip kernel bench lock clean distclean
 
 help: ## show this help
 	@echo "hpclab make targets:"
@@ -35,6 +35,9 @@ demo: setup ## 2-worker MNIST-1D: batch x {no scaling, linear+warm-up, LARS}, LR
 
 lab: setup ## JupyterLab on the workshop notebooks (prints the URL with its token)
 	$(VENV)/bin/jupyter lab notebooks/ --ip=127.0.0.1 --no-browser
+
+strip: setup ## clear outputs and execution counts of notebooks/*.ipynb (before a commit)
+	$(VENV)/bin/jupyter nbconvert --clear-output --inplace notebooks/*.ipynb
 
 kernel: setup ## install a Jupyter kernel "Python (hpclab)" for this venv (for a JupyterHub running another env)
 	$(PY) -m ipykernel install --user --name hpclab --display-name "Python (hpclab)"

@@ -352,3 +352,45 @@ def test_panel_runs_and_charts_live_in_jupyterlab(jupyterlab):
         finally:
             browser.close()
     print(f"test_browser: browser part took {time.monotonic() - t0:.1f} s")
+
+
+def test_a_notebook_edited_and_saved_in_jupyterlab_stays_workshop_ready(jupyterlab):
+    """An instructor's edit: open a workshop notebook, change a markdown cell, save (Ctrl+S) —
+    the saved file passes every check the stored notebooks pass (tests/notebook_checks.py)."""
+    import notebook_checks as checks
+    from browser_util import accept_dialogs, launch
+    from playwright.sync_api import sync_playwright
+
+    name = "04_scaling_out.ipynb"
+    copy = jupyterlab.root / name
+    shutil.copyfile(ROOT / "notebooks" / name, copy)
+    before = copy.stat().st_mtime_ns
+    marker = "Edited by an instructor in JupyterLab."
+    with sync_playwright() as pw:
+        browser = launch(pw)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.goto(f"{jupyterlab.url}/lab/tree/{name}?token={jupyterlab.token}")
+            page.locator(".jp-Notebook").first.wait_for(state="visible", timeout=90_000)
+            accept_dialogs(page, 3)
+            cell = page.locator(".jp-MarkdownCell").first
+            cell.dblclick()
+            editor = cell.locator(".cm-content")
+            editor.wait_for(state="visible", timeout=30_000)
+            editor.click()
+            page.keyboard.press("Control+End")
+            page.keyboard.type(" " + marker)
+            page.keyboard.press("Escape")
+            page.keyboard.press("Control+s")
+            wait_for(lambda: marker in copy.read_text(), 30, "the save to reach the file")
+        except Exception:
+            if "page" in locals():
+                _screenshot(page, "browser-edit-failure.png")
+            print(f"\nJupyterLab log (tail):\n{jupyterlab.log(8000)}")
+            raise
+        finally:
+            browser.close()
+    assert copy.stat().st_mtime_ns != before
+    assert checks.problems(copy) == []
+    nb = checks.read(copy)
+    assert marker in nb.cells[0].source and nb.cells[0].source.startswith("# 04 · Scaling out")
