@@ -87,6 +87,13 @@ class Run:
     def done(self) -> bool:
         return self._done.is_set()
 
+    def to_csv(self, path=None, table: str = "history"):
+        """The run's `history` (default) or `epochs` as CSV text, or written to `path`
+        (:func:`hpclab.export.run_csv`; one column per rank for per-rank lists)."""
+        from hpclab.export import run_csv
+
+        return run_csv(self, table, path)
+
     def wait(self, timeout: float | None = None) -> dict:
         """Block until the run ends; return the summary. Raises RunFailed if it failed/diverged,
         TimeoutError if it is still running after `timeout` seconds (the run goes on)."""

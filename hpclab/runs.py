@@ -75,6 +75,13 @@ class RunRecord:
         except ValueError:
             return f"{self.run_id} ×{self.workers}"
 
+    def to_csv(self, path=None, table: str = "history"):
+        """The run's `history` (default) or `epochs` as CSV text, or written to `path`
+        (:func:`hpclab.export.run_csv`; one column per rank for per-rank lists)."""
+        from hpclab.export import run_csv
+
+        return run_csv(self, table, path)
+
 
 class RunStore:
     """Writes one run's folder. The client-side `Run` owns one; nothing else writes there."""

@@ -78,6 +78,8 @@ def test_default_run_learns_and_ranks_agree(lab):
     assert rec.summary["val_accuracy"] == pytest.approx(summary["val_accuracy"])
     assert len(rec.history) == len(rows) and len(rec.epochs) == 6
     assert rec.config == cfg.to_dict() and rec.workers == 2
+    # the live run exports what the record holds
+    assert run.to_csv() == rec.to_csv() and run.to_csv(table="epochs").count("\n") == 7
 
 
 @pytest.mark.parametrize(

@@ -83,6 +83,12 @@ class Comparison:
     target: float | None
     table: pd.DataFrame = field(repr=False)
 
+    def to_csv(self, path=None):
+        """The comparison table (one row per run) as CSV text, or written to `path`."""
+        from hpclab.export import frame_csv
+
+        return frame_csv(self.table, path)
+
     def figure(self) -> go.Figure:
         """Validation accuracy vs epoch and vs samples seen (overlaid), and throughput bars."""
         fig = make_subplots(

@@ -7,6 +7,7 @@ statuses, versions) is HTML-escaped. Built from the static charts only (never th
 
 from __future__ import annotations
 
+import base64
 import datetime as _dt
 import html
 import os
@@ -17,6 +18,7 @@ from typing import Any
 import plotly
 import plotly.graph_objects as go
 
+from hpclab.export import run_csv
 from hpclab.jsonio import write_text_atomic
 from hpclab.views.batch_charts import accuracy_vs_batch, steps_to_target_chart
 from hpclab.views.comparison import compare, table_html
@@ -53,8 +55,37 @@ def _figure_html(fig: go.Figure, first: bool) -> str:
         full_html=False,
         include_plotlyjs=bool(first),
         include_mathjax=False,
-        config={"displaylogo": False, "responsive": True},
+        # the camera icon downloads the chart as SVG (vector, for slides); plotly.js does it in the
+        # browser, so no image server (kaleido) is needed
+        config={
+            "displaylogo": False,
+            "responsive": True,
+            "toImageButtonOptions": {"format": "svg", "filename": "hpclab-chart"},
+        },
     )
+
+
+def _csv_link(run, table: str) -> str:
+    """A download link carrying one of a run's tables as CSV inside the page (works offline)."""
+    data = base64.b64encode(run_csv(run, table).encode()).decode()
+    name = html.escape(f"{run.run_id or 'run'}-{table}.csv")
+    return f'<a download="{name}" href="data:text/csv;charset=utf-8;base64,{data}">{table}</a>'
+
+
+def _data_html(runs) -> list[str]:
+    """One row per run: its label and the CSV of its history and epochs."""
+    rows = "".join(
+        f"<tr><td>{html.escape(f.label)}</td><td>{html.escape(f.run_id)}</td>"
+        f"<td>{_csv_link(f, 'history')} · {_csv_link(f, 'epochs')}</td></tr>"
+        for f in runs
+    )
+    return [
+        "<h2>Data</h2>",
+        '<p class="note">Each run\'s tables as CSV (history: one row per telemetry window; '
+        "epochs: one row per epoch), exactly the numbers the charts draw. The camera icon on "
+        "every chart downloads it as SVG.</p>",
+        f'<table class="hpclab-table"><tr><th>run</th><th>id</th><th>CSV</th></tr>{rows}</table>',
+    ]
 
 
 def _findings_html(sentences: list[str]) -> list[str]:
@@ -160,6 +191,7 @@ def render_report(
             f'<p class="note">{e(note)}</p>',
             _figure_html(fig, first=i == 0),
         ]
+    parts += _data_html(runs)
     parts.append("</body></html>")
     return "\n".join(parts)
 
