@@ -108,3 +108,15 @@ def test_learning_rate_windows_are_described_per_optimizer(tmp_path):
 def test_no_comparison_no_findings(tmp_path):
     assert findings([_run(tmp_path, 64, 0.9)]) == []
     assert "What these runs show" not in render_report([_run(tmp_path, 128, 0.8)])
+
+
+def test_an_optimizer_on_another_lr_scale_is_not_said_to_share_the_peak(tmp_path):
+    runs = [
+        _run(tmp_path, 1024, 0.10, "collapsed", lr_scaling="linear"),  # peak 1.6
+        _run(tmp_path, 1024, 0.95, optimizer="lamb", base_lr=0.000625, lr_scaling="linear"),
+    ]
+    (said,) = findings(runs)[-1:]
+    assert said == (
+        "At global batch 2,048, where momentum SGD collapsed (peak lr 1.6), LAMB trained, to "
+        "0.950, at peak lr 0.02."
+    )

@@ -125,10 +125,16 @@ def _adaptive(runs: list[RunFacts]) -> list[str]:
         where = f"global batch {f.global_batch:,}"
         if sgd.status in FAILED:
             verb = "also " + f.status if f.status in FAILED else f"trained, to {_acc(f)},"
-            out.append(
-                f"At {where} and peak lr {peak_lr(f):.4g}, where {optimizer_name(sgd)} {sgd.status}, "
-                f"{optimizer_name(f)} {verb} with the same schedule."
-            )
+            if peak_lr(f) == peak_lr(sgd):
+                out.append(
+                    f"At {where} and peak lr {peak_lr(f):.4g}, where {optimizer_name(sgd)} "
+                    f"{sgd.status}, {optimizer_name(f)} {verb} with the same schedule."
+                )
+            else:  # (LAMB's learning rates live on another scale than SGD's)
+                out.append(
+                    f"At {where}, where {optimizer_name(sgd)} {sgd.status} (peak lr "
+                    f"{peak_lr(sgd):.4g}), {optimizer_name(f)} {verb} at peak lr {peak_lr(f):.4g}."
+                )
         elif f.status not in FAILED and sgd.status not in FAILED:
             a, a0 = final_val_accuracy(f), final_val_accuracy(sgd)
             if a is None or a0 is None:
