@@ -44,8 +44,8 @@ def warmup_start_lr(peak_lr: float, global_batch: int, base_batch: int) -> float
 
     Goyal et al. 2017 (sec. 2.2) ramp from the small-batch LR eta to k * eta for a batch k times
     larger; under the linear rule peak / k *is* eta = base_lr. Dividing the peak by k whatever the
-    rule keeps the first step's size per sample that of the base batch, and the ramp always goes
-    up (sqrt: from base_lr / sqrt(k); none: from base_lr / k). Horovod's
+    rule gives that start under the linear rule and, under the others, a start below base_lr, so
+    the ramp always goes up (sqrt: from base_lr / sqrt(k); none: from base_lr / k). Horovod's
     ``LearningRateWarmupCallback`` ramps from lr / size, the same rule when the base batch is one
     worker's batch.
     """
