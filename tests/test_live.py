@@ -308,3 +308,22 @@ def test_views_import_fast_and_static_charts_never_import_the_widget():
         "print(bad, dt); assert not bad, bad; assert dt < 3, dt"
     )
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True)
+
+
+def test_each_chart_has_its_own_legend_inside_its_panel(tmp_path):
+    import plotly.graph_objects as go
+
+    from hpclab.views.skeleton import AXES, LEGENDS, skeleton
+
+    fig = skeleton(go.Figure, "", "step")
+    assert fig.layout.autosize is True  # as wide as the cell or page
+    for panel, legend in LEGENDS.items():
+        xa, ya = AXES[panel]
+        x_dom = fig.layout[xa.replace("x", "xaxis")].domain
+        y_dom = fig.layout[ya.replace("y", "yaxis")].domain
+        box = fig.layout[legend]
+        assert box.x == x_dom[1] and box.y in (y_dom[0], y_dom[1])  # a corner of its own panel
+    drawn = figure([load_run(write_run(tmp_path, val_accs=[0.5, 0.8]))])
+    for trace in drawn.data:
+        panel = next(p for p, axes in AXES.items() if axes == (trace.xaxis, trace.yaxis))
+        assert trace.legend == LEGENDS[panel], (trace.name, trace.legend, panel)

@@ -23,6 +23,14 @@ AXES = {
     "lr": ("x4", "y4"),
     "noise": ("x5", "y5"),
 }
+#: one legend per panel, drawn inside its top-right corner (plotly's legend, legend2, …)
+LEGENDS = {
+    "throughput": "legend",
+    "loss": "legend2",
+    "accuracy": "legend3",
+    "lr": "legend4",
+    "noise": "legend5",
+}
 TITLES = (
     "throughput (samples/s)",
     "loss",
@@ -78,10 +86,25 @@ def skeleton(cls: type, title: str, x: str) -> go.Figure:
     fig.update_layout(
         title=dict(text=text(title)) if title else None,
         height=860,
+        autosize=True,  # as wide as the notebook cell or the page, and follows it
         template="plotly_white",
         margin=dict(l=60, r=20, t=80 if title else 50, b=50),
-        legend=dict(orientation="v", groupclick="togglegroup", font=dict(size=11)),
     )
+    for panel, legend in LEGENDS.items():  # each chart names its own lines, inside a corner
+        xa, ya = AXES[panel]
+        x_dom = fig.layout[xa.replace("x", "xaxis")].domain
+        y_dom = fig.layout[ya.replace("y", "yaxis")].domain
+        low = panel == "accuracy"  # accuracy climbs to the top: its legend sits low
+        fig.layout[legend] = dict(
+            x=x_dom[1],
+            y=y_dom[0] if low else y_dom[1],
+            xanchor="right",
+            yanchor="bottom" if low else "top",
+            orientation="v",
+            groupclick="togglegroup",
+            font=dict(size=10),
+            bgcolor="rgba(255,255,255,0.75)",
+        )
     for i, panel in enumerate(PANELS):
         xa, ya = AXES[panel]
         fig.layout[xa.replace("x", "xaxis")].title = X_AXES[x]

@@ -40,7 +40,15 @@ from hpclab.views.facts import (
     span,
     text,
 )
-from hpclab.views.skeleton import AXES, COLORS, RANK_COLORS, RUN_COLORS, set_notes, skeleton
+from hpclab.views.skeleton import (
+    AXES,
+    COLORS,
+    LEGENDS,
+    RANK_COLORS,
+    RUN_COLORS,
+    set_notes,
+    skeleton,
+)
 
 IDEAL_NOTE = "run with 1 worker to get the ideal line"
 
@@ -57,7 +65,9 @@ class TraceSpec:
 
     def trace(self) -> go.Scatter:
         xaxis, yaxis = AXES[self.panel]
-        return go.Scatter(x=self.x, y=self.y, xaxis=xaxis, yaxis=yaxis, **self.props)
+        return go.Scatter(
+            x=self.x, y=self.y, xaxis=xaxis, yaxis=yaxis, legend=LEGENDS[self.panel], **self.props
+        )
 
 
 MAX_RANK_LINES = 16  # above this, per-rank throughput is a min / median / max band
