@@ -53,6 +53,9 @@ MAX_STEPS_PER_CALL = 1000  # optimizer steps one compiled call may run
 #: Evaluations on the held-out subset per run when RunConfig.eval_every is 0 (auto): steps and
 #: time to a target accuracy are then exact to 1/40 = 2.5 % of the run.
 EVAL_POINTS = 40
+#: A history row's throughput is taken over at least this many seconds of training (its window
+#: and the ones before it, hpclab.rank.meters.RateWindow): readable, and still a true rate.
+RATE_WINDOW_S = 1.0
 
 
 def models_for(dataset: str) -> tuple[str, ...]:
@@ -78,6 +81,7 @@ __all__ = [
     "MAX_WORKERS",
     "MAX_THREADS_PER_WORKER",
     "MAX_STEPS_PER_CALL",
+    "RATE_WINDOW_S",
     "EVAL_POINTS",
     "models_for",
 ]

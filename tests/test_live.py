@@ -25,7 +25,7 @@ from hpclab.config import RunConfig
 from hpclab.errors import ConfigError
 from hpclab.runs import RunStore, load_run
 from hpclab.views.facts import ema, run_facts
-from hpclab.views.live import Dashboard
+from hpclab.views.live import DEFAULT_SMOOTHING, Dashboard
 from hpclab.views.traces import IDEAL_NOTE, figure, trace_specs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -136,6 +136,56 @@ def test_smoothing_changes_y_but_not_length(tmp_path):
     assert len(dash.trace("acc/val").y) == 3  # epoch markers untouched
     dash.set_smoothing(0.0)
     np.testing.assert_allclose(dash.trace("loss/train").y, raw_loss)
+
+
+def test_the_dashboard_starts_smoothed_and_the_slider_says_so(tmp_path):
+    path = write_run(tmp_path, workers=2)
+    raw_loss = [r["loss"] for r in raw_history(path)]
+    dash = Dashboard()
+    dash.show_run(load_run(path))
+    assert 0 < DEFAULT_SMOOTHING < 1 and dash.smoothing == DEFAULT_SMOOTHING
+    assert dash._smooth_ctl.value == pytest.approx(DEFAULT_SMOOTHING)
+    np.testing.assert_allclose(dash.trace("loss/train").y, ema(raw_loss, DEFAULT_SMOOTHING))
+    assert not np.allclose(dash.trace("loss/train").y, raw_loss)
+    raw = Dashboard(smoothing=0)
+    raw.show_run(load_run(path))
+    np.testing.assert_allclose(raw.trace("loss/train").y, raw_loss)
+    with pytest.raises(ValueError, match="smoothing"):
+        Dashboard(smoothing=1.5)
+
+
+def test_throughput_smoothing_starts_after_the_first_call(tmp_path):
+    # Row 1 is the first call (graph optimisation, ~1 % of the steady rate): an EMA started
+    # there would drag the curve down for many rows.
+    cfg = RunConfig()
+    rows = make_history(cfg, 2, 8)
+    rates = [300.0, 9000.0, 11000.0, 10000.0, 9500.0, 10500.0, 10000.0, 9800.0]
+    for row, rate in zip(rows, rates):
+        row["samples_per_sec"] = rate
+        row["rank_samples_per_sec"] = [rate / 2, rate / 2]
+    dash = Dashboard(smoothing=0.6)
+    dash.show_run(load_run(write_run(tmp_path, cfg, workers=2, history=rows)))
+    want = np.concatenate([[300.0], ema(rates[1:], 0.6)])
+    np.testing.assert_allclose(dash.trace("thr/global").y, want)
+    np.testing.assert_allclose(dash.trace("thr/rank1").y, want / 2)
+    assert min(dash.trace("thr/global").y[1:]) >= 9000.0
+
+
+def test_rank_lines_differ_in_dash_and_titles_name_unit_and_x_axis(tmp_path):
+    dash = Dashboard()
+    dash.show_run(load_run(write_run(tmp_path, workers=4)))
+    ranks = [dash.trace(f"thr/rank{r}").line for r in range(4)]
+    assert len({line.dash for line in ranks}) == 4  # lockstep ranks coincide: dashes keep each
+    assert len({line.color for line in ranks}) == 4
+    titles = {
+        a.name: a.text for a in dash.fig.layout.annotations if (a.name or "").startswith("title:")
+    }
+    assert set(titles) == {f"title:{p}" for p in ("throughput", "loss", "accuracy", "lr", "noise")}
+    assert titles["title:throughput"] == "throughput (samples/s over ≥ 1 s) vs step"
+    assert all(t.endswith(" vs step") for t in titles.values())
+    dash.set_x("time_s")
+    titles = [a.text for a in dash.fig.layout.annotations if (a.name or "").startswith("title:")]
+    assert all(t.endswith(" vs wall time (s)") for t in titles) and len(titles) == 5
 
 
 def test_ema_keeps_gaps():

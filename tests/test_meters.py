@@ -212,3 +212,32 @@ def test_call_size_respects_slow_steps_the_limit_and_a_fixed_size():
     )
     assert max(_calls(CallSizer(first=4, fixed=0, target_s=0.15, limit=64), 1e-5, 12)) == 64
     assert _calls(CallSizer(first=7, fixed=7, target_s=0.15, limit=1000), 0.001, 5) == [7] * 5
+
+
+def test_throughput_is_taken_over_at_least_a_second_of_training():
+    # Rows end at publishes, evaluations and epoch ends: one row may cover a single 50 ms step
+    # whose fixed cost halves its own rate. The row's throughput is over its window and the
+    # ones just before it, the fewest that reach RATE_WINDOW_S (1 s here).
+    meter = WindowMeter(B, WORLD, SPE, rate_window_s=1.0)
+    first = meter.row(step=1, time_s=1, lr=0.1, detail=detail(samples=[B] * 2,
+                      call_s=[0.9, 0.9], host_s=[0, 0], steps=[1, 1]), noise=None)  # fmt: skip
+    assert first["samples_per_sec"] == pytest.approx(2 * B / 0.9)  # the first call stands alone
+    assert first["rate_window_s"] == pytest.approx(0.9)
+    steady = detail(samples=[40 * B] * 2, call_s=[0.3, 0.3], host_s=[0.1, 0.1], steps=[40] * 2)
+    rows = [meter.row(step=1 + 40 * i, time_s=1 + 0.4 * i, lr=0.1, detail=steady, noise=None)
+            for i in range(1, 5)]  # fmt: skip
+    rate = 40 * B / 0.4  # per rank, every steady window
+    assert [r["rate_window_s"] for r in rows] == pytest.approx([0.4, 0.8, 1.2, 1.2])
+    assert [r["samples_per_sec"] for r in rows] == pytest.approx([2 * rate] * 4)
+    # one 50 ms step (its own rate B / 0.05 is far below `rate`) joins the last 1.2 s
+    tiny = detail(samples=[B] * 2, call_s=[0.04, 0.04], host_s=[0.01, 0.01], steps=[1] * 2)
+    row = meter.row(step=162, time_s=2.6, lr=0.1, detail=tiny, noise=None)
+    assert B / 0.05 < 0.7 * rate
+    assert row["rate_window_s"] == pytest.approx(1.25)
+    assert row["samples_per_sec"] == pytest.approx(2 * (120 * B + B) / 1.25)
+    assert row["rank_samples_per_sec"] == pytest.approx([(120 * B + B) / 1.25] * 2)
+    # the busiest rank's seconds decide the window; each rank's rate is its own samples / time
+    slow = detail(samples=[80 * B] * 2, call_s=[0.6, 1.6], host_s=[0.2, 0.2], steps=[80] * 2)
+    row = meter.row(step=242, time_s=4.4, lr=0.1, detail=slow, noise=None)
+    assert row["rate_window_s"] == pytest.approx(1.8)  # alone it covers 1 s already
+    assert row["rank_samples_per_sec"] == pytest.approx([80 * B / 0.8, 80 * B / 1.8])

@@ -14,10 +14,12 @@ two kinds of telemetry:
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 
 import numpy as np
 
+from hpclab.catalog import RATE_WINDOW_S
 from hpclab.metrics import NoiseScale, throughput_stats
 
 # Summed over ranks at the end of every call (rank 0 alone sets the decision entries).
@@ -48,14 +50,54 @@ DETAIL = (
 D = {name: i for i, name in enumerate(DETAIL)}
 
 
+class RateWindow:
+    """The telemetry windows the throughput columns are computed over: at least ``min_s``.
+
+    History rows end at every publish (``publish_every_s``), every held-out evaluation
+    (``eval_every``) and every epoch end, so one row can cover a few steps and a few
+    milliseconds; samples over such a window is a rate that timer resolution, one call's fixed
+    cost and the operating system's scheduling swing by a factor of ten in a steady run. The
+    throughput of a row is therefore taken over its own window and the ones just before it,
+    the fewest that add up to ``min_s`` seconds of training (validation is never in them): a
+    true rate, over a window long enough to read. The first window (the first call, where
+    TensorFlow optimises the graph) stands alone and is never combined with later ones.
+    """
+
+    def __init__(self, min_s: float):
+        self.min_s = float(min_s)
+        self.parts: deque[np.ndarray] = deque()
+        self.first = True
+
+    @staticmethod
+    def seconds(detail: np.ndarray) -> float:
+        """Training seconds a gathered detail matrix covers (its busiest rank's)."""
+        return float((detail[:, D["call_s"]] + detail[:, D["host_s"]]).max(initial=0.0))
+
+    def add(self, detail: np.ndarray) -> np.ndarray:
+        """Add the newest window's detail; the summed detail the throughput is taken over."""
+        if self.first:
+            self.first = False
+            return detail
+        self.parts.append(detail)
+        while len(self.parts) > 1 and self.seconds(sum(list(self.parts)[1:])) >= self.min_s:
+            self.parts.popleft()
+        return np.sum(self.parts, axis=0)
+
+
 class WindowMeter:
     """Telemetry summed since the last history row; :meth:`row` emits one row and resets."""
 
-    def __init__(self, batch_per_worker: int, world: int, steps_per_epoch: int):
+    def __init__(
+        self,
+        batch_per_worker: int,
+        world: int,
+        steps_per_epoch: int,
+        rate_window_s: float = RATE_WINDOW_S,
+    ):
         self.B, self.world, self.steps_per_epoch = batch_per_worker, world, steps_per_epoch
         self.reset()
-
         self.total = np.zeros(len(REDUCED))  # over the whole run, never reset
+        self.rate = RateWindow(rate_window_s)
 
     def reset(self) -> None:
         self.sums = np.zeros(len(REDUCED))
@@ -82,11 +124,13 @@ class WindowMeter:
     ) -> dict:
         """The history row for the window ending at ``step`` (columns: docs/architecture.md).
 
-        ``detail`` is the gathered ``[world, DETAIL]`` matrix of the same window.
+        ``detail`` is the gathered ``[world, DETAIL]`` matrix of the same window; the throughput
+        columns are over this window and the ones just before it (:class:`RateWindow`).
         """
         w = self.sums
-        busy = detail[:, D["call_s"]] + detail[:, D["host_s"]]
-        rank_sps = [float(s / t) if t > 0 else None for s, t in zip(detail[:, D["samples"]], busy)]
+        rated = self.rate.add(detail)
+        busy = rated[:, D["call_s"]] + rated[:, D["host_s"]]
+        rank_sps = [float(s / t) if t > 0 else None for s, t in zip(rated[:, D["samples"]], busy)]
         rank_steps = max(float(detail[:, D["steps"]].sum()), 1.0)
         sampled = w[R["noise_samples"]]
         row = {
@@ -99,6 +143,7 @@ class WindowMeter:
             "lr": lr,
             "samples_per_sec": float(sum(s for s in rank_sps if s)) if any(rank_sps) else None,
             "rank_samples_per_sec": rank_sps,
+            "rate_window_s": float(busy.max()) if busy.size else 0.0,
             "input_ms": float(1000 * detail[:, D["host_s"]].sum() / rank_steps),
             "compute_ms": float(1000 * detail[:, D["call_s"]].sum() / rank_steps),
             # NaN where no step was sampled (one rank, or noise_scale off): not a zero norm

@@ -19,7 +19,9 @@ in :mod:`hpclab.views.panel_widgets`, and the words and HTML it shows come from
 
 from __future__ import annotations
 
+import math
 import threading
+import time
 from typing import Any
 
 from hpclab import presets
@@ -37,6 +39,8 @@ from hpclab.views.panel_widgets import (
 )
 
 MAX_OVERLAYS = 6  # earlier runs drawn under the live one (more is unreadable)
+
+STATUS_EVERY_S = 1.0  # the status line follows a training run at most this often
 
 
 class Panel:
@@ -70,6 +74,7 @@ class Panel:
         self._stopping = False
         self._note = ""  # lab/run state shown in the status line
         self._note_error = False
+        self._status_at = -math.inf  # when a run's update last changed the status line
         self._lock = threading.RLock()  # widget state: kernel thread and run monitor thread
         if workers is None:
             workers = getattr(lab, "workers", None) or 2
@@ -225,12 +230,21 @@ class Panel:
         run.on_update(self._on_run_update)
 
     def _on_run_update(self, run: Any) -> None:
-        """From the run's monitor thread: new rows arrived, or the run ended."""
+        """From the run's monitor thread: new rows arrived, or the run ended.
+
+        The status line changes at most once a second while the run trains (the run reports
+        every 0.2 s; each change is a browser repaint that a 2-core machine takes from the
+        ranks), and always when it ends.
+        """
         with self._lock:
             if run is not self.run:
                 return
+            now = time.monotonic()
             if run.done:
                 self._stopping = False
+            elif now - self._status_at < STATUS_EVERY_S:
+                return
+            self._status_at = now
             self._show_status()
 
     def _on_stop(self, _button: Any = None) -> None:

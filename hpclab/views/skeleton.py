@@ -12,6 +12,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from hpclab.catalog import RATE_WINDOW_S
 from hpclab.views.facts import X_AXES, text
 
 # panel → (x axis, y axis) of the subplot grid built by skeleton() (row-major cell order)
@@ -31,12 +32,13 @@ LEGENDS = {
     "lr": "legend4",
     "noise": "legend5",
 }
+#: each panel's title: what it shows and its unit; :func:`titles` adds the x axis ("… vs step")
 TITLES = (
-    "throughput (samples/s)",
-    "loss",
-    "accuracy",
+    f"throughput (samples/s over ≥ {RATE_WINDOW_S:g} s)",
+    "loss (cross-entropy)",
+    "accuracy (fraction correct)",
     "learning rate",
-    "gradient noise scale B_noise vs global batch",
+    "gradient noise scale B_noise and the global batch (samples)",
 )
 Y_TITLES = ("samples/s", "loss", "accuracy", "learning rate", "samples")
 
@@ -60,6 +62,9 @@ RANK_COLORS = (
     "rgb(229,196,148)",
     "rgb(179,179,179)",
 )
+#: per-rank throughput lines coincide while ranks run in lockstep: a dash pattern each keeps
+#: every rank visible on top of the others (a straggler's line then leaves the bundle)
+RANK_DASHES = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
 RUN_COLORS = (
     "rgb(27,158,119)",
     "rgb(217,95,2)",
@@ -78,10 +83,12 @@ def skeleton(cls: type, title: str, x: str) -> go.Figure:
         rows=3,
         cols=2,
         specs=[[{}, {}], [{}, {}], [{"colspan": 2}, None]],
-        subplot_titles=TITLES,
+        subplot_titles=titles(x),
         vertical_spacing=0.1,
         horizontal_spacing=0.09,
     )
+    for panel, ann in zip(PANELS, base.layout.annotations):  # make_subplots' titles, in order
+        ann.name = f"title:{panel}"
     fig = base if cls is go.Figure else cls(base)
     fig.update_layout(
         title=dict(text=text(title)) if title else None,
@@ -138,7 +145,16 @@ def set_notes(fig: go.Figure, texts: dict[str, str]) -> None:
             ann.text = text(texts[ann.name])
 
 
+def titles(x: str) -> tuple[str, ...]:
+    """The panels' titles for x axis `x`: each says its unit and what it is drawn against."""
+    return tuple(f"{title} vs {X_AXES[x]}" for title in TITLES)
+
+
 def set_x_titles(fig: go.Figure, x: str) -> None:
-    """Name x axis `x` on every panel."""
+    """Name x axis `x` on every panel, in the axis titles and the panel titles."""
     for panel in PANELS:
         fig.layout[AXES[panel][0].replace("x", "xaxis")].title.text = X_AXES[x]
+    by_name = dict(zip(PANELS, titles(x)))
+    for ann in fig.layout.annotations:
+        if ann.name and ann.name.startswith("title:"):
+            ann.text = by_name[ann.name.removeprefix("title:")]

@@ -45,6 +45,7 @@ from hpclab.views.skeleton import (
     COLORS,
     LEGENDS,
     RANK_COLORS,
+    RANK_DASHES,
     RUN_COLORS,
     set_notes,
     skeleton,
@@ -116,6 +117,11 @@ def trace_specs(
     h, e = f.history, f.epochs
     hx, ex = history_x(f, x), epoch_x(f, x)
     sm = lambda v: ema(v, smoothing)  # noqa: E731 - a local shorthand
+
+    def sm_rate(v):  # the first row is the first call (graph optimisation): not smoothed into
+        v = np.asarray(v, dtype=float)  # the rest (meters.RateWindow keeps it apart likewise)
+        return np.concatenate([v[:1], ema(v[1:], smoothing)]) if v.ndim == 1 else v
+
     specs: list[TraceSpec] = []
 
     def add(key, panel, xs, ys, **props):
@@ -132,22 +138,27 @@ def trace_specs(
     if role == "main":
         ranks = rank_matrix(h, f.workers)
         if ranks.shape[1] > MAX_RANK_LINES:
-            _rank_band(add, hx, ranks, sm)
+            _rank_band(add, hx, ranks, sm_rate)
         for r in range(ranks.shape[1] if ranks.shape[1] <= MAX_RANK_LINES else 0):
             add(
                 f"thr/rank{r}",
                 "throughput",
                 hx,
-                sm(ranks[:, r]),
+                sm_rate(ranks[:, r]),
                 name=f"rank {r}",
                 mode="lines",
-                line=dict(width=1, color=RANK_COLORS[r % len(RANK_COLORS)]),
+                line=dict(
+                    width=2,
+                    color=RANK_COLORS[r % len(RANK_COLORS)],
+                    dash=RANK_DASHES[r % len(RANK_DASHES)],
+                ),
+                hovertemplate=f"rank {r}: %{{y:,.0f}} samples/s<extra></extra>",
             )
         add(
             "thr/global",
             "throughput",
             hx,
-            sm(column(h, "samples_per_sec")),
+            sm_rate(column(h, "samples_per_sec")),
             name="global",
             mode="lines",
             line=dict(width=2.5, color=COLORS["global"]),
@@ -250,73 +261,29 @@ def trace_specs(
     style = dict(legendgroup=key_prefix or name, name=name, opacity=0.55 if overlay else 1.0)
     dash = "dash" if overlay else "solid"
     tip = lambda what: f"{name}<br>{what}: %{{y:.4g}}<extra></extra>"  # noqa: E731
-    add(
-        "thr/global",
-        "throughput",
-        hx,
-        sm(column(h, "samples_per_sec")),
-        mode="lines",
-        showlegend=True,
-        line=dict(color=col, dash=dash),
-        hovertemplate=tip("samples/s"),
-        **style,
+    lines = (  # key, panel, x, y, what the hover names, line style: one colour per run
+        ("thr/global", "throughput", hx, sm_rate(column(h, "samples_per_sec")), "samples/s", {}),
+        ("loss/train", "loss", hx, sm(column(h, "loss")), "train loss", {}),
+        ("acc/train", "accuracy", hx, sm(column(h, "accuracy")), "train accuracy", {"width": 1}),
+        ("acc/val", "accuracy", ex, column(e, "val_accuracy"), "val accuracy", {"width": 1.5}),
+        ("lr", "lr", hx, column(h, "lr"), "learning rate", {}),
+        ("noise", "noise", hx, column(h, "noise_scale"), "B_noise", {}),
     )
-    add(
-        "loss/train",
-        "loss",
-        hx,
-        sm(column(h, "loss")),
-        mode="lines",
-        showlegend=False,
-        line=dict(color=col, dash=dash),
-        hovertemplate=tip("train loss"),
-        **style,
-    )
-    add(
-        "acc/train",
-        "accuracy",
-        hx,
-        sm(column(h, "accuracy")),
-        mode="lines",
-        showlegend=False,
-        line=dict(color=col, dash=dash, width=1),
-        hovertemplate=tip("train accuracy"),
-        **style,
-    )
-    add(
-        "acc/val",
-        "accuracy",
-        ex,
-        column(e, "val_accuracy"),
-        mode="lines+markers",
-        showlegend=False,
-        marker=dict(size=6, color=col, symbol="circle-open" if overlay else "circle"),
-        line=dict(color=col, dash=dash, width=1.5),
-        hovertemplate=tip("val accuracy"),
-        **style,
-    )
-    add(
-        "lr",
-        "lr",
-        hx,
-        column(h, "lr"),
-        mode="lines",
-        showlegend=False,
-        line=dict(color=col, dash=dash),
-        hovertemplate=tip("learning rate"),
-        **style,
-    )
-    add(
-        "noise",
-        "noise",
-        hx,
-        column(h, "noise_scale"),
-        mode="lines",
-        showlegend=False,
-        line=dict(color=col, dash=dash),
-        hovertemplate=tip("B_noise"),
-        **style,
-    )
+    marker = dict(size=6, color=col, symbol="circle-open" if overlay else "circle")
+    for key, panel, xs, ys, what, line in lines:
+        markers = key == "acc/val"  # one marker per epoch
+        add(
+            key,
+            panel,
+            xs,
+            ys,
+            mode="lines+markers" if markers else "lines",
+            showlegend=key == "thr/global",  # one legend entry per run
+            line=dict(color=col, dash=dash, **line),
+            hovertemplate=tip(what),
+            **({"marker": marker} if markers else {}),
+            **style,
+        )
     return specs
 
 
