@@ -25,6 +25,9 @@ from hpclab.launch import LaunchPlan
 log = logging.getLogger(__name__)
 QUEUE_POLL_S = 2.0
 SHUTDOWN_S = 10.0  # a clean engine shutdown (Horovod and MPI finalise together) gets this long
+#: Lab.stop() returns within this: the run's stop (5 s), three bounded steps of SHUTDOWN_S
+#: (clean shutdown, engines, controller), then whatever is left on this host is killed.
+STOP_BOUND_S = 5 + 3 * SHUTDOWN_S + 5
 
 
 class EngineSet:
@@ -41,6 +44,7 @@ class EngineSet:
         self.phases: dict[str, float] = {}
         self.failed = False  # a failed start keeps its state folder (logs, batch script)
         self._engine_set = None  # ipyparallel's launcher; kept: the cluster forgets a stopped one
+        self._local: list = []  # psutil.Process of controller, launcher and its tree, this host
 
     def start(self):
         """Start everything and return a connected client with all engines registered; on any
@@ -70,6 +74,7 @@ class EngineSet:
             self.client = self.cluster.connect_client_sync()
             self._wait_for_registration()
             self.phases["engines_s"] = time.perf_counter() - t1
+            self._local = _process_tree(self.cluster.controller, self._engine_set)
         except (TimeoutError, ipp.error.TimeoutError, ipp.error.EngineError) as exc:
             self.failed = True
             output = self.output()
@@ -176,15 +181,22 @@ class EngineSet:
             _bounded(cluster.stop_engines_sync, SHUTDOWN_S)
             _bounded(cluster.stop_controller_sync, SHUTDOWN_S)
         self._cancel_leftovers()
+        _kill_survivors(self._local)  # a hung or stopped process ignored every polite request
         if clean and not self.failed:  # keep a failed start's logs and script for a post-mortem
             shutil.rmtree(self.plan.state_dir, ignore_errors=True)
 
-    def abort(self) -> None:
-        """Last resort: end the MPI job at once (a rank died or hangs)."""
+    def abort(self, pids: list[int] = ()) -> None:
+        """Last resort: end the MPI job at once (a rank died or hangs); `pids`: engine processes
+        on this host, killed directly (a SIGSTOPped rank never acts on a forwarded signal)."""
         import psutil  # ipyparallel's own dependency: its launchers raise psutil.NoSuchProcess
 
         if self.plan.mode in ("srun", "sbatch"):
             self._cancel_leftovers(signal="KILL")  # SIGKILL to srun is not forwarded (srun(1))
+        for pid in pids:
+            try:
+                psutil.Process(pid).kill()
+            except psutil.Error:
+                pass
         if self.cluster is None:
             return
         try:
@@ -193,6 +205,20 @@ class EngineSet:
             log.debug("aborting the engines: %r (already gone)", exc)
         except Exception as exc:  # noqa: BLE001 — from a run's monitor thread: log, never raise
             log.warning("aborting the engines reported %r; call lab.restart().", exc)
+
+    def controller_state(self) -> str:
+        """'' while the ipyparallel controller runs; else a sentence saying it is gone."""
+        controller = getattr(self.cluster, "controller", None)
+        try:
+            code = controller.poll() if controller is not None else None
+            if code is None and controller.process.status() == "zombie":  # not reaped: no loop
+                code = "killed"
+        except Exception:  # noqa: BLE001 — poll() of a process psutil lost track of
+            code = "unknown"
+        if code is None:
+            return ""
+        pid = getattr(getattr(controller, "process", None), "pid", "?")
+        return f"the ipyparallel controller (pid {pid}) exited (status {code})"
 
     def _cancel_leftovers(self, signal: str | None = None) -> None:
         if self.plan.mode == "sbatch" and self.job_id:
@@ -210,6 +236,37 @@ class EngineSet:
         # In a notebook ipyparallel notices the launcher's exit itself, reads the file into its
         # cache and removes it (BaseLauncher._log_output): take the cached text then.
         return getattr(self._engine_set, "_output", None) or ""
+
+
+def _process_tree(*launchers) -> list:
+    """psutil.Process of each launcher's process (controller, mpiexec/srun) and its descendants
+    on this host, remembered at start: after a kill -9 of a parent they can no longer be found."""
+    import psutil
+
+    found = []
+    for launcher in launchers:
+        pid = getattr(getattr(launcher, "process", None), "pid", None)
+        try:
+            root = psutil.Process(pid) if pid else None
+            found += [root, *root.children(recursive=True)] if root else []
+        except psutil.Error:
+            continue
+    return found
+
+
+def _kill_survivors(processes: list) -> None:
+    """SIGKILL what is still alive of `processes` (psutil checks each is the same process)."""
+    import psutil
+
+    alive = [p for p in processes if p.is_running()]
+    for p in alive:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    if alive:
+        log.warning("killed %d lab process(es) that outlived the shutdown", len(alive))
+        psutil.wait_procs(alive, timeout=5)
 
 
 def _bounded(call, seconds: float) -> bool:

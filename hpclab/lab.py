@@ -15,6 +15,7 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import platform
 import time
 import weakref
 from dataclasses import replace
@@ -338,6 +339,7 @@ class Lab:
             on_engines_lost=self._engines_lost,
             abort=self._abort,
             launcher_output=self.launcher_output,
+            link_state=self._link_state,
         )
         self.current_run = run
         return run
@@ -346,9 +348,14 @@ class Lab:
         self._lost = why
 
     def _abort(self) -> None:
-        """Last resort: end the MPI job (signals land at different points on different ranks)."""
+        """Last resort: end the MPI job (signals land at different points on different ranks),
+        and kill this host's ranks by pid (a stopped or hung rank ignores a forwarded SIGTERM)."""
         if self._engines is not None:
-            self._engines.abort()
+            self._engines.abort(pids=[r["pid"] for r in self.ranks if r["host"] == platform.node()])
+
+    def _link_state(self) -> str:
+        """Why no rank can reach the client: a sentence, or '' when the controller runs."""
+        return self._engines.controller_state() if self._engines is not None else ""
 
     def sweep(self, cfg: RunConfig, *, progress=None, **grid):
         from hpclab.sweep import run_sweep

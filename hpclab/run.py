@@ -23,7 +23,9 @@ import pandas as pd
 
 from hpclab.config import RunConfig
 from hpclab.errors import RunFailed
+from hpclab.rank.heartbeat import KEY as HEARTBEAT
 from hpclab.runs import RunRecord, RunStore
+from hpclab.watchdog import HANG_S, Watchdog
 
 POLL_S = 0.2
 STOP_GRACE_S = 10.0  # after a STOP request to a training run, how long before the last-resort abort
@@ -46,6 +48,8 @@ class Run:
         on_engines_lost: Callable[[str], None],
         abort: Callable[[], None],
         launcher_output: Callable[[], str],
+        link_state: Callable[[], str] = lambda: "",
+        hang_s: float = HANG_S,
     ):
         self.config, self.workers, self._store = config, workers, store
         self.run_id, self.path = store.run_id, store.path
@@ -53,6 +57,8 @@ class Run:
         self._ranks = ranks  # init_worker identities, rank order
         self._on_engines_lost, self._abort = on_engines_lost, abort
         self._launcher_output = launcher_output
+        self._link_state = link_state  # why no rank can reach us ('' when the controller runs)
+        self._watchdog = Watchdog(ranks, hang_s)
         self._rows: list[dict] = []
         self._epochs: list[dict] = []
         self._callbacks: list[Callable] = []
@@ -146,6 +152,8 @@ class Run:
                     self._finish()
                     return
                 if any(finished) and self._peer_failed():
+                    return
+                if self._hung([i for i, done in enumerate(finished) if not done]):
                     return
                 in_loop = self._training_seen and not self._loop_left
                 grace = STOP_GRACE_S if in_loop else SETUP_GRACE_S
@@ -246,6 +254,22 @@ class Run:
         )
         return True
 
+    def _hung(self, pending: list[int]) -> bool:
+        """A rank stopped beating (hpclab.watchdog): name it, end the run, stop every rank."""
+        for i, result in enumerate(self._results):
+            self._watchdog.observe(i, (result.data or {}).get(HEARTBEAT))
+        silent = self._watchdog.silent(pending)
+        if not silent:
+            return False
+        link = self._link_state() if len(silent) == len(pending) else ""
+        verdict = self._watchdog.verdict(pending, link)
+        self._fail(
+            f"{verdict}; every rank was stopped and the engines are gone — call "
+            "lab.restart() for a fresh set (the next lab.run() does it)",
+            engines_lost=True,
+        )
+        return True
+
     def _describe_errors(self, errors: list) -> str:
         deaths = [(i, o) for i, o in errors if _is_engine_death(o)]
         if deaths:
@@ -254,9 +278,13 @@ class Run:
             while first is None and time.time() < deadline:
                 time.sleep(POLL_S)
                 first = self._first_dead_rank()
+            # ipyparallel declares a hung engine dead too: a rank silent while others beat hung
+            hung = self._watchdog.silent(longer_than=3.0) if first is None else {}
             who = (
                 f"rank {first['rank']} (pid {first['pid']} on {first['host']}) died first"
                 if first
+                else self._watchdog.describe(hung)
+                if hung and len(hung) < self.workers
                 else "a rank died (mpiexec did not say which)"
             )
             return (

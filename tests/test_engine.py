@@ -10,7 +10,9 @@ import pandas as pd
 import pytest
 
 from hpclab import RunConfig, RunFailed, load_run
+from hpclab.engines import STOP_BOUND_S
 from hpclab.lab import LabError
+from hpclab.watchdog import HANG_S
 
 pytestmark = [pytest.mark.mpi, pytest.mark.slow]
 
@@ -202,6 +204,70 @@ def test_nan_loss_ends_the_run_as_diverged(lab):
     assert run.summary["steps"] < cfg.total_steps(2)
     assert load_run(run.path).summary["status"] == "diverged"
     assert lab.healthy
+
+
+def _lab_processes(lab) -> list:
+    """The lab's processes on this machine: controller, mpiexec and its tree (engines, nannies)."""
+    import psutil
+
+    root = psutil.Process(lab._engines.cluster.controller.process.pid)
+    launcher = psutil.Process(lab._engines._engine_set.process.pid)
+    return [root, launcher, *launcher.children(recursive=True)]
+
+
+def test_a_hung_rank_is_named_and_every_process_of_the_engine_set_goes(lab):
+    import psutil
+
+    run = lab.run(RunConfig(num_samples=8000, epochs=200))
+    assert _wait_for_rows(run), run.error
+    victim = lab.ranks[1]
+    engines = [p for p in _lab_processes(lab)[1:] if p.pid != victim["pid"]]
+    t0 = time.perf_counter()
+    os.kill(victim["pid"], signal.SIGSTOP)
+    with pytest.raises(RunFailed) as info:
+        run.wait(timeout=HANG_S + 30)
+    named_after = time.perf_counter() - t0
+    print(f"\nhung rank 1 named {named_after:.1f} s after SIGSTOP (watchdog bound {HANG_S:g} s)")
+    assert HANG_S <= named_after < HANG_S + 10
+    message = str(info.value)
+    assert f"rank 1 (pid {victim['pid']} on {victim['host']}) stopped responding" in message, (
+        message
+    )
+    assert "SIGSTOP" in message and "rank 0" not in message and "lab.restart()" in message
+    assert load_run(run.path).summary["status"] == "failed"
+    # the stopped rank is killed too, and nothing of the engine set survives it
+    _, alive = psutil.wait_procs([psutil.Process(victim["pid"]), *engines], timeout=15)
+    assert not alive, [p.info if hasattr(p, "info") else p for p in alive]
+    assert not lab.healthy
+    lab.restart()
+    assert lab.run(RunConfig(**SMALL)).wait(timeout=300)["status"] == "finished"
+
+
+def test_a_killed_controller_fails_the_run_and_stop_leaves_nothing(lab):
+    import psutil
+
+    run = lab.run(RunConfig(num_samples=8000, epochs=200))
+    assert _wait_for_rows(run), run.error
+    processes = _lab_processes(lab)
+    controller = [processes[0], *processes[0].children(recursive=True)]  # hub, schedulers
+    processes += controller[1:]
+    t0 = time.perf_counter()
+    for p in controller:  # kill -9 of the controller and the processes it started
+        p.kill()
+    with pytest.raises(RunFailed) as info:
+        run.wait(timeout=HANG_S + 30)
+    noticed_after = time.perf_counter() - t0
+    assert "no rank sent a heartbeat" in str(info.value)
+    assert "controller" in str(info.value) and "exited" in str(info.value), str(info.value)
+    t1 = time.perf_counter()
+    lab.stop()
+    stop_s = time.perf_counter() - t1
+    _, alive = psutil.wait_procs(processes, timeout=15)
+    print(f"\ncontroller death noticed after {noticed_after:.1f} s; lab.stop() took {stop_s:.1f} s")
+    assert not alive, alive
+    assert stop_s < STOP_BOUND_S
+    lab.start()
+    assert lab.run(RunConfig(**SMALL)).wait(timeout=300)["status"] == "finished"
 
 
 def test_killed_rank_fails_the_run_and_restart_recovers(lab):

@@ -101,11 +101,15 @@ def allreduce_check() -> dict:
 
 def train(cfg_dict: dict, run_dir: str, data_dir: str) -> dict:
     """Train one run on this rank and return this rank's summary (rank 0's also has the rows)."""
+    from ipyparallel.datapub import publish_data
+
+    from hpclab.rank.heartbeat import Heartbeat
     from hpclab.rank.trainer import Trainer
 
     _STATE.pop("last_trainer", None)  # free the previous run's model, graphs and pipeline now
-    trainer = Trainer(cfg_dict, Path(run_dir), Path(data_dir))
-    summary = trainer.run()
+    with Heartbeat(publish_data):  # the client's watchdog names a rank that stops beating
+        trainer = Trainer(cfg_dict, Path(run_dir), Path(data_dir))
+        summary = trainer.run()
     summary["versions"] = versions()
     # Tearing down TF graphs can take seconds on a busy machine; keep
     # the trainer alive until the next run so this rank's reply goes out at once.

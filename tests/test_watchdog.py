@@ -1,0 +1,102 @@
+"""The client's reading of rank heartbeats (hpclab.watchdog) and the rank's heartbeat thread
+(hpclab.rank.heartbeat), on a clock the test moves; real processes for the process states."""
+
+import os
+import platform
+import signal
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from hpclab.rank.heartbeat import KEY, Heartbeat
+from hpclab.watchdog import Watchdog, process_state
+
+
+class Clock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+RANKS = [{"rank": r, "pid": 1000 + r, "host": "node-a"} for r in range(3)]
+
+
+def test_the_rank_whose_counter_stands_still_is_named():
+    clock = Clock()
+    dog = Watchdog(RANKS, hang_s=8, clock=clock)
+    for t in range(12):
+        clock.now = 100.0 + t
+        dog.observe(0, t)
+        dog.observe(1, min(t, 3))  # rank 1 stops beating at t = 3
+        dog.observe(2, t)
+    assert dog.verdict() is None  # silent 8 s, not more: not yet
+    clock.now = 111.5
+    assert dog.silent() == {1: pytest.approx(8.5)}
+    verdict = dog.verdict()
+    assert verdict == "rank 1 (pid 1001 on node-a) stopped responding: no heartbeat for 8 s"
+    assert dog.verdict(among=[0, 2]) is None  # rank 1's task returned: nothing expected of it
+
+
+def test_every_rank_silent_blames_the_link_not_a_rank():
+    clock = Clock()
+    dog = Watchdog(RANKS[:2], hang_s=8, clock=clock)
+    dog.observe(0, 1), dog.observe(1, 1)
+    clock.now += 9.6
+    assert dog.verdict(link="the ipyparallel controller (pid 7) exited") == (
+        "no rank sent a heartbeat for 10 s: the ipyparallel controller (pid 7) exited"
+    )
+    assert "stopped reaching this client" in dog.verdict()
+    # one rank alone (no peers to compare with) is named when silent
+    solo = Watchdog(RANKS[:1], hang_s=8, clock=clock)
+    clock.now += 9
+    assert solo.verdict().startswith("rank 0 (pid 1000 on node-a) stopped responding")
+
+
+def test_the_start_counts_as_a_sign_of_life_and_repeats_are_not():
+    clock = Clock()
+    dog = Watchdog(RANKS[:2], hang_s=5, clock=clock)
+    clock.now += 4
+    dog.observe(0, None)  # nothing published yet
+    dog.observe(1, 1)
+    clock.now += 2  # rank 0: 6 s since the start; rank 1: 2 s since its beat
+    assert set(dog.silent()) == {0}
+    dog.observe(1, 1)  # the same counter again is not a beat
+    clock.now += 4
+    assert set(dog.silent()) == {0, 1} and dog.silent(longer_than=30) == {}
+
+
+def test_process_state_of_a_stopped_process_on_this_host():
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        rank = {"rank": 1, "pid": child.pid, "host": platform.node()}
+        assert process_state(rank) == ""  # running or sleeping: nothing to add
+        os.kill(child.pid, signal.SIGSTOP)
+        for _ in range(50):
+            if process_state(rank):
+                break
+            threading.Event().wait(0.02)
+        assert process_state(rank) == "its process is stopped (SIGSTOP or SIGTSTP)"
+        assert process_state(dict(rank, host="elsewhere")) == ""  # not ours to look at
+    finally:
+        child.kill()
+        child.wait()
+    assert process_state(rank) == "its process has exited"
+
+
+def test_heartbeat_thread_beats_until_the_block_ends():
+    sent, beat = [], threading.Event()
+
+    def send(data):
+        sent.append(data)
+        if len(sent) >= 3:
+            beat.set()
+
+    with Heartbeat(send, every_s=0.01):
+        assert beat.wait(5)
+    n = len(sent)
+    threading.Event().wait(0.05)
+    assert len(sent) == n and [d[KEY] for d in sent] == list(range(1, n + 1))
