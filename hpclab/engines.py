@@ -45,6 +45,7 @@ class EngineSet:
         self.failed = False  # a failed start keeps its state folder (logs, batch script)
         self._engine_set = None  # ipyparallel's launcher; kept: the cluster forgets a stopped one
         self._local: list = []  # psutil.Process of controller, launcher and its tree, this host
+        self._reaper = None  # hpclab.reaper: ends them all if this client dies without stop()
 
     def start(self):
         """Start everything and return a connected client with all engines registered; on any
@@ -75,6 +76,7 @@ class EngineSet:
             self._wait_for_registration()
             self.phases["engines_s"] = time.perf_counter() - t1
             self._local = _process_tree(self.cluster.controller, self._engine_set)
+            self._reaper = _start_reaper(self._local, self.job_id if plan.mode == "sbatch" else "")
         except (TimeoutError, ipp.error.TimeoutError, ipp.error.EngineError) as exc:
             self.failed = True
             output = self.output()
@@ -182,6 +184,10 @@ class EngineSet:
             _bounded(cluster.stop_controller_sync, SHUTDOWN_S)
         self._cancel_leftovers()
         _kill_survivors(self._local)  # a hung or stopped process ignored every polite request
+        reaper, self._reaper = self._reaper, None
+        if reaper is not None:  # nothing left for it to watch
+            reaper.kill()
+            reaper.wait()
         if clean and not self.failed:  # keep a failed start's logs and script for a post-mortem
             shutil.rmtree(self.plan.state_dir, ignore_errors=True)
 
@@ -252,6 +258,21 @@ def _process_tree(*launchers) -> list:
         except psutil.Error:
             continue
     return found
+
+
+def _start_reaper(processes: list, scancel: str):
+    """hpclab.reaper for `processes`, on behalf of this process (None if it cannot start)."""
+    import psutil
+
+    from hpclab import reaper
+
+    try:
+        return reaper.start(psutil.Process(), processes, scancel)
+    except (OSError, psutil.Error) as exc:
+        log.warning(
+            "no reaper for the engines (%r): if this process is killed, stop them by hand", exc
+        )
+        return None
 
 
 def _kill_survivors(processes: list) -> None:

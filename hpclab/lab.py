@@ -315,6 +315,7 @@ class Lab:
                 "config": cfg.to_dict(),
                 "workers": self.workers,
                 "derived": cfg.derived(self.workers),
+                "client": {"pid": os.getpid(), "host": platform.node()},  # runs.py: abandoned?
                 "lab": {
                     "launcher": self.launcher,
                     "launch": self.plan.record(),
@@ -390,11 +391,4 @@ def _stop_forgotten_labs_first() -> None:
 atexit.register(_stop_forgotten_labs)
 
 
-__all__ = [
-    "Lab",
-    "LabError",
-    "Run",
-    "RunFailed",
-    "find_mpiexec",
-    "horovod_env",
-]  # re-exported for hpclab
+__all__ = ["Lab", "LabError", "Run", "RunFailed", "find_mpiexec", "horovod_env"]  # re-exported

@@ -63,7 +63,9 @@ class RunRecord:
 
     @property
     def status(self) -> str:
-        return self.summary.get("status", "running" if self.meta else "unknown")
+        if self.summary.get("status"):
+            return self.summary["status"]
+        return unfinished_status(self.meta, alive="running") if self.meta else "unknown"
 
     @property
     def label(self) -> str:
@@ -129,6 +131,34 @@ def load_run(path: Path | str) -> RunRecord:
     )
 
 
+def unfinished_status(meta: dict, alive: str = "running?") -> str:
+    """A run without a summary: 'abandoned' when the process that ran it (config.json's
+    `client`, on this host) is gone — killed before it could record an end (its engines were
+    ended by hpclab.reaper) — else `alive` (it may still run, or runs on another host)."""
+    import platform
+
+    import psutil
+
+    client = meta.get("client") or {}
+    pid, created = client.get("pid"), meta.get("created")
+    if client.get("host") != platform.node() or not isinstance(pid, int):
+        return alive
+    try:
+        started = psutil.Process(pid).create_time()
+    except psutil.Error:
+        return "abandoned"
+    # the same pid, reused by a process started after the run was created, is not its client
+    created_s = _created_epoch(created)
+    return "abandoned" if created_s is not None and started > created_s + 1 else alive
+
+
+def _created_epoch(created) -> float | None:
+    try:
+        return _dt.datetime.fromisoformat(str(created)).timestamp()
+    except ValueError:
+        return None
+
+
 def list_runs(root: Path | str | None = None) -> pd.DataFrame:
     """One row per recorded run under `root` (default: hpclab.paths.runs_dir()), newest first."""
     root = Path(root) if root is not None else default_root()
@@ -140,7 +170,7 @@ def list_runs(root: Path | str | None = None) -> pd.DataFrame:
         rows.append(
             {
                 "run_id": meta.get("run_id", cfg_path.parent.name),
-                "status": summary.get("status", "running?"),
+                "status": summary.get("status") or unfinished_status(meta),
                 "name": cfg.get("name", ""),
                 "dataset": cfg.get("dataset"),
                 "model": cfg.get("model"),

@@ -300,3 +300,65 @@ def test_a_script_that_forgets_to_stop_its_lab_leaves_no_engines(tmp_path):
     # hpclab's hook ran before ipyparallel's own (which would say "Stopping cluster"), so the
     # engines were shut down cleanly, and the exit did not hang on a client whose cluster was gone
     assert "Stopping cluster" not in proc.stderr, proc.stderr[-3000:]
+
+
+def _lab_script(tmp_path, ending: str) -> str:
+    """A script that starts a 2-worker lab and a long run, prints the pids of every process of
+    the lab once the run trains (controller, mpiexec and their trees), then does `ending`."""
+    return textwrap.dedent(
+        f"""
+        import json, time, psutil
+        from hpclab import Lab, RunConfig
+        lab = Lab(workers=2, runs_dir={str(tmp_path)!r}, verbose=False)
+        run = lab.run(RunConfig(num_samples=8000, epochs=400))
+        while run.history.empty and not run.done:
+            time.sleep(0.2)
+        tree = [psutil.Process(lab._engines.cluster.controller.process.pid),
+                psutil.Process(lab._engines._engine_set.process.pid)]
+        tree += [c for p in tree for c in p.children(recursive=True)]
+        print(json.dumps({{"pids": [p.pid for p in tree], "run": str(run.path)}}), flush=True)
+        {ending}
+        """
+    )
+
+
+def test_a_client_killed_by_sigkill_leaves_no_engines_and_its_run_reads_abandoned(tmp_path):
+    from hpclab import reaper
+    from hpclab.runs import list_runs
+
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _lab_script(tmp_path, "time.sleep(600)")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        info = json.loads(proc.stdout.readline())
+    finally:
+        proc.kill()  # SIGKILL: no atexit hook, no signal handler runs
+        proc.wait()
+    t0 = time.perf_counter()
+    left = wait_gone(info["pids"], timeout=reaper.BOUND_S + 5)
+    print(f"\nthe lab's {len(info['pids'])} processes were gone "
+          f"{time.perf_counter() - t0:.1f} s after the client's SIGKILL")  # fmt: skip
+    assert left == [], f"processes outlived the killed client: {left}"
+    runs = list_runs(tmp_path)
+    assert runs["status"].tolist() == ["abandoned"], runs[["run_id", "status"]]
+
+
+def test_a_script_that_returns_mid_run_records_the_run_as_stopped(tmp_path):
+    from hpclab.runs import load_run
+
+    t0 = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, "-c", _lab_script(tmp_path, "# returns: the run is still training")],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    info = json.loads(proc.stdout.strip().splitlines()[-1])
+    print(f"\nthe script that returned mid-run exited after {time.perf_counter() - t0:.1f} s")
+    assert wait_gone(info["pids"], timeout=10) == []
+    summary = load_run(info["run"]).summary
+    assert summary["status"] == "stopped", summary

@@ -313,3 +313,27 @@ def test_find_finished_needs_same_config_same_workers_and_finished(tmp_path):
     for status in ("diverged", "collapsed"):
         other_workers.write_summary({"status": status})
         assert find_finished(tmp_path, cfg, 4) == other_workers.path
+
+
+def test_a_run_whose_client_is_gone_reads_abandoned(tmp_path):
+    import platform
+    import subprocess
+    import sys
+
+    from hpclab.runs import list_runs, unfinished_status
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # a process of this host that has exited (its pid is free)
+    me = {"pid": os.getpid(), "host": platform.node()}
+    store = RunStore(tmp_path)
+    store.create({"config": CFG.to_dict(), "workers": 2, "client": dict(me, pid=gone.pid)})
+    assert list_runs(tmp_path)["status"].tolist() == ["abandoned"]
+    assert load_run(store.path).status == "abandoned"
+    created = load_run(store.path).meta["created"]
+    assert unfinished_status({"client": me, "created": created}) == "running?"  # alive
+    assert unfinished_status({"client": me, "created": created}, alive="running") == "running"
+    elsewhere = {"client": dict(me, pid=gone.pid, host="another-node"), "created": created}
+    assert unfinished_status(elsewhere) == "running?"  # not ours to judge
+    assert unfinished_status({"created": created}) == "running?"  # older records: no client
+    # a pid reused by a process that started after the run was created is not its client
+    assert unfinished_status({"client": me, "created": "2000-01-01T00:00:00"}) == "abandoned"
