@@ -279,7 +279,7 @@ def _kill_survivors(processes: list) -> None:
     """SIGKILL what is still alive of `processes` (psutil checks each is the same process)."""
     import psutil
 
-    alive = [p for p in processes if p.is_running()]
+    alive = [p for p in processes if _alive(p)]
     for p in alive:
         try:
             p.kill()
@@ -288,6 +288,16 @@ def _kill_survivors(processes: list) -> None:
     if alive:
         log.warning("killed %d lab process(es) that outlived the shutdown", len(alive))
         psutil.wait_procs(alive, timeout=5)
+
+
+def _alive(process) -> bool:
+    """Running and not a zombie (an exited child its parent has not reaped yet)."""
+    import psutil
+
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def _bounded(call, seconds: float) -> bool:

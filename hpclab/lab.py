@@ -35,6 +35,7 @@ from hpclab.world import check_world
 
 # launcher= overrides the profile's launch mode; "mpi" and "slurm" are the names of hpclab 0.1
 LAUNCHERS = {"auto": "auto", "mpiexec": "mpiexec", "mpi": "mpiexec", "srun": "srun", "sbatch": "sbatch", "slurm": "sbatch"}  # fmt: skip
+INIT_TIMEOUT_S = 300  # importing TensorFlow and hvd.init() on every engine, however busy
 log = logging.getLogger(__name__)
 _LIVE_LABS: weakref.WeakSet[Lab] = weakref.WeakSet()
 
@@ -189,15 +190,17 @@ class Lab:
         ids = sorted(self.client.ids)
         probe = self.runs_dir / f".probe-{plan.cluster_id}"
         probe.write_text(plan.cluster_id)
-        try:
-            identities = self.client[ids].apply_sync(
-                engine.init_worker, plan.threads, (str(probe), plan.cluster_id)
+        try:  # bounded: a rank stopped or hung during start must not hang the caller
+            identities = (
+                self.client[ids]
+                .apply_async(engine.init_worker, plan.threads, (str(probe), plan.cluster_id))
+                .get(timeout=INIT_TIMEOUT_S)
             )
         except Exception as exc:  # ipyparallel wraps the engine's error; stop what we started
             self.stop()
             raise LabError(
                 f"the engines started but could not initialise TensorFlow/Horovod "
-                f"({exc}); run `hpclab doctor` to see which part is missing."
+                f"({type(exc).__name__}: {exc}); run `hpclab doctor` to see which part is missing."
             ) from exc
         finally:
             probe.unlink(missing_ok=True)
