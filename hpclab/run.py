@@ -63,6 +63,7 @@ class Run:
         self._epochs: list[dict] = []
         self._callbacks: list[Callable] = []
         self.callback_errors = 0  # times an on_update callback raised (each one is logged)
+        self.disk_error: str | None = None  # why the run folder stopped taking rows, if it did
         self._failed_callbacks: set[int] = set()
         self._lock = threading.Lock()
         self._done = threading.Event()
@@ -71,6 +72,7 @@ class Run:
         self.error: str | None = None
         self.started = time.time()
         self._stop_requested_at: float | None = None
+        self._unstoppable: str | None = None  # why a stop request could not reach the ranks
         self._training_seen = False  # rank 0 has published from inside the training loop
         self._loop_left = False  # rank 0 published a final state: every rank left it
         self._thread = threading.Thread(
@@ -117,7 +119,10 @@ class Run:
         if self.done:
             return
         self._stop_requested_at = time.time()
-        self._store.request_stop()
+        try:
+            self._store.request_stop()
+        except OSError as exc:  # the monitor ends the ranks the last-resort way
+            self._unstoppable = f"the stop request could not be written ({exc})"
         self._done.wait(timeout)
 
     def on_update(self, callback: Callable[[Run], None]) -> None:
@@ -155,6 +160,9 @@ class Run:
                     return
                 if self._hung([i for i, done in enumerate(finished) if not done]):
                     return
+                if self._unstoppable is not None:
+                    self._fail(f"{self._unstoppable}; every rank was ended", engines_lost=True)
+                    return
                 in_loop = self._training_seen and not self._loop_left
                 grace = STOP_GRACE_S if in_loop else SETUP_GRACE_S
                 if (
@@ -171,7 +179,8 @@ class Run:
                 time.sleep(POLL_S)
         except Exception as exc:  # noqa: BLE001 — the monitor must never die silently: record why
             log.exception("run %s: the run monitor failed", self.run_id)
-            self._fail(f"the run monitor failed: {exc!r}", engines_lost=False)
+            # nobody would watch the ranks any more: end them rather than let them train on
+            self._fail(f"the run monitor failed: {exc!r}", engines_lost=True)
 
     def _take_telemetry(self) -> None:
         data = self._results[0].data or {}
@@ -190,11 +199,29 @@ class Run:
             self._rows.extend(new_rows)
             self._epochs.extend(new_epochs)
         if new_rows:
-            self._store.append_history(new_rows)
+            self._write("rows", lambda: self._store.append_history(new_rows))
         if new_epochs:
-            self._store.append_epochs(new_epochs)
+            self._write("epoch rows", lambda: self._store.append_epochs(new_epochs))
         if new_rows or new_epochs:
             self._notify()
+
+    def _write(self, what: str, write: Callable[[], None]) -> None:
+        """Write to the run folder, until a write fails (a full disk, a deleted folder): then
+        say so once and keep the rows in memory only (run.history, run.to_csv()), so the record
+        on disk stays a gap-free prefix. The ranks train on; stop() still reaches them."""
+        if self.disk_error is not None:
+            return
+        try:
+            write()
+        except OSError as exc:
+            self.disk_error = f"{exc.strerror or exc}: {exc.filename or self.path}"
+            log.warning(
+                "run %s: writing its %s failed (%s); the run goes on and keeps its rows in "
+                "memory (run.history, run.to_csv())",
+                self.run_id,
+                what,
+                self.disk_error,
+            )
 
     def _notify(self) -> None:
         for cb in list(self._callbacks):
@@ -327,10 +354,14 @@ class Run:
             "config": self.config.to_dict(),
             "wall_time_s": summary.get("wall_time_s", time.time() - self.started),
         }
+        notes = [summary["error"]] if summary["error"] else []
+        if self.disk_error is not None:
+            notes.append(f"(the run folder stopped taking rows: {self.disk_error})")
+            summary["error"] = " ".join(notes)
         try:
             self._store.write_summary(summary)
         except OSError as exc:  # e.g. a full disk: keep the result in memory, say so
-            summary["error"] = (error or "") + f" (summary not written to disk: {exc})"
+            summary["error"] = " ".join([*notes, f"(summary not written to disk: {exc})"])
         with self._lock:
             self.summary, self.status, self.error = summary, status, summary["error"]
         try:

@@ -114,6 +114,9 @@ class RunStore:
         return self.path / STOP_FILE
 
     def request_stop(self) -> None:
+        """Write the STOP file rank 0 polls; a deleted run folder is made again for it (and an
+        empty file needs no free blocks, so a full disk still takes it)."""
+        self.path.mkdir(parents=True, exist_ok=True)
         self.stop_file.touch()
 
 

@@ -289,3 +289,69 @@ def test_killed_rank_fails_the_run_and_restart_recovers(lab):
     lab.restart()
     assert lab.healthy
     assert lab.run(RunConfig(**SMALL)).wait(timeout=300)["status"] == "finished"
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path):
+    """A 1 MiB tmpfs (needs root and mount rights: CI has both), unmounted afterwards."""
+    import subprocess
+
+    mnt = tmp_path / "tmpfs"
+    mnt.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], capture_output=True
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+    yield mnt
+    subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def _fill(folder) -> None:
+    """Write into `folder` until its file system is full."""
+    with open(folder / "ballast", "wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * 65536)
+                f.flush()
+        except OSError:
+            pass
+
+
+def test_a_full_disk_or_a_deleted_run_folder_keeps_the_run_going_and_stop_still_works(
+    lab, small_tmpfs, caplog
+):
+    runs_dir = lab.runs_dir
+    try:
+        _faults_on_disk(lab, small_tmpfs, caplog)
+    finally:
+        lab.runs_dir = runs_dir
+
+
+def _faults_on_disk(lab, small_tmpfs, caplog):
+    import shutil
+
+    for fault in ("full", "deleted"):
+        lab.runs_dir = small_tmpfs / fault
+        run = lab.run(RunConfig(num_samples=8000, epochs=200))
+        assert _wait_for_rows(run), run.error
+        if fault == "full":
+            _fill(small_tmpfs)
+        else:
+            shutil.rmtree(run.path)
+        time.sleep(3)  # more rows arrive and cannot be written
+        assert not run.done and run.disk_error, (fault, run.status, run.error)
+        rows_before_stop = len(run.history)
+        run.stop(timeout=30)
+        assert run.status == "stopped", (fault, run.status, run.error)
+        assert "the run folder stopped taking rows" in run.error
+        written = run.path / "metrics.jsonl"
+        kept = len(load_run(run.path).history) if written.exists() else 0
+        assert kept < rows_before_stop <= len(run.history)  # memory has what disk lost
+        assert run.record().history.shape[0] == len(run.history)
+        assert lab.healthy  # the engines are fine: the next run trains
+        (small_tmpfs / "ballast").unlink(missing_ok=True)
+    warnings = [r for r in caplog.records if "keeps its rows in memory" in r.getMessage()]
+    assert len(warnings) == 2  # once per run, not once per row
+    lab.runs_dir = small_tmpfs / "after"
+    assert lab.run(RunConfig(**SMALL)).wait(timeout=300)["status"] == "finished"
