@@ -145,3 +145,42 @@ def test_shards_are_disjoint_equal_and_drop_the_remainder():
         np.testing.assert_array_equal(py, px * 10)  # pairs stay aligned
     with pytest.raises(ValueError, match="rank=4"):
         data.shard(x, y, 4, 4)
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "other_size"])
+def test_a_corrupt_dataset_cache_is_generated_again(mnist1d_dir, tmp_path, caplog, damage):
+    good = mnist1d_dir / "mnist1d-n1000-s5.npz"
+    path = tmp_path / good.name
+    if damage == "garbage":
+        path.write_bytes(b"not an npz at all")
+    elif damage == "truncated":  # a copy torn by a full disk
+        path.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
+    else:  # a whole npz under this name, but of another size
+        np.savez(path, x=np.zeros((10, 40), np.float32), y=np.zeros(10, np.int32))
+    with caplog.at_level("WARNING", logger="hpclab.rank.data"):
+        a = data.load_arrays(_cfg(num_samples=1000, seed=5), tmp_path)
+    expected = data.load_arrays(_cfg(num_samples=1000, seed=5), mnist1d_dir)
+    np.testing.assert_array_equal(a.x_train, expected.x_train)
+    assert path.read_bytes() == good.read_bytes()  # the cache itself is whole again
+    assert [r.getMessage() for r in caplog.records] == [
+        f"the dataset cache {path} is unreadable; generating it again"
+    ]
+
+
+def test_a_lock_file_of_another_user_is_locked_read_only_not_skipped(tmp_path, monkeypatch):
+    import fcntl
+
+    lock = tmp_path / "x.lock"
+    lock.write_text("")
+    real_open, taken = os.open, []
+
+    def open_as_another_user(path, flags, *args):  # the file is not ours to write
+        if flags & os.O_RDWR:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, flags, *args)
+
+    real_flock = fcntl.flock
+    monkeypatch.setattr(os, "open", open_as_another_user)
+    monkeypatch.setattr(fcntl, "flock", lambda fd, op: (taken.append(op), real_flock(fd, op)))
+    with data._exclusive_lock(lock) as held:
+        assert held.fd is not None and taken == [fcntl.LOCK_EX]

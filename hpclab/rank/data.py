@@ -35,16 +35,20 @@ Batches are cut from these arrays inside the compiled training call: :mod:`hpcla
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import random
 import tempfile
+import zipfile
 from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
 
 from hpclab.catalog import GENERATED_VALIDATION_FRACTION, NUM_CLASSES, STAGED_DATASETS
+
+log = logging.getLogger(__name__)
 
 try:  # POSIX advisory locks; absent on Windows, where the atomic replace alone protects the cache
     import fcntl
@@ -99,16 +103,30 @@ def mnist1d_cache_path(num_samples: int, seed: int, data_dir: str | Path) -> Pat
 
 def _mnist1d(num_samples: int, seed: int, data_dir: Path) -> Arrays:
     path = mnist1d_cache_path(num_samples, seed, data_dir)
-    if not path.exists():
+    loaded = _read_cache(path, num_samples)
+    if loaded is None:  # missing, or corrupt (a torn copy, a full disk): make it, once
         data_dir.mkdir(parents=True, exist_ok=True)
         with _exclusive_lock(path.with_name(path.name + ".lock")):
-            if not path.exists():  # another rank may have written it while we waited
+            loaded = _read_cache(path, num_samples)  # another rank may have made it meanwhile
+            if loaded is None:
+                if path.exists():
+                    log.warning("the dataset cache %s is unreadable; generating it again", path)
                 _atomic_savez(path, **_generate_mnist1d(num_samples, seed))
-    with np.load(path) as f:
-        x, y = f["x"], f["y"]
+                loaded = _read_cache(path, num_samples)
+    x, y = loaded
     n_val = int(round(num_samples * GENERATED_VALIDATION_FRACTION))  # = RunConfig.validation_size()
     n_train = num_samples - n_val
     return Arrays(x[:n_train], y[:n_train], x[n_train:], y[n_train:], NUM_CLASSES, x.shape[1:])
+
+
+def _read_cache(path: Path, num_samples: int):
+    """(x, y) from a cache file, or None if it is missing or not a whole, matching cache."""
+    try:
+        with np.load(path) as f:
+            x, y = f["x"], f["y"]
+    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile):
+        return None  # missing (FileNotFoundError is an OSError) or not a whole npz
+    return (x, y) if len(x) == len(y) == num_samples else None
 
 
 def _generate_mnist1d(num_samples: int, seed: int) -> dict:
@@ -172,9 +190,17 @@ class _exclusive_lock:
         if fcntl is None:
             return self
         try:
-            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+            try:
+                self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+            except PermissionError:  # another user's lock file: flock works read-only too
+                self.fd = os.open(self.path, os.O_RDONLY)
             fcntl.flock(self.fd, fcntl.LOCK_EX)
-        except OSError:  # e.g. ENOLCK/ENOSYS on a mount without locks: rely on os.replace
+        except OSError as exc:  # e.g. ENOLCK/ENOSYS on a mount without locks: rely on os.replace
+            log.warning(
+                "no lock on %s (%s): ranks may each generate the same data (safe, but slower)",
+                self.path,
+                exc,
+            )
             if self.fd is not None:
                 os.close(self.fd)
             self.fd = None
