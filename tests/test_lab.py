@@ -322,6 +322,7 @@ def _lab_script(tmp_path, ending: str) -> str:
     )
 
 
+@pytest.mark.mpi
 def test_a_client_killed_by_sigkill_leaves_no_engines_and_its_run_reads_abandoned(tmp_path):
     from hpclab import reaper
     from hpclab.runs import list_runs
@@ -346,6 +347,7 @@ def test_a_client_killed_by_sigkill_leaves_no_engines_and_its_run_reads_abandone
     assert runs["status"].tolist() == ["abandoned"], runs[["run_id", "status"]]
 
 
+@pytest.mark.mpi
 def test_a_script_that_returns_mid_run_records_the_run_as_stopped(tmp_path):
     from hpclab.runs import load_run
 
@@ -362,3 +364,20 @@ def test_a_script_that_returns_mid_run_records_the_run_as_stopped(tmp_path):
     assert wait_gone(info["pids"], timeout=10) == []
     summary = load_run(info["run"]).summary
     assert summary["status"] == "stopped", summary
+
+
+@pytest.mark.mpi
+def test_stop_with_a_rank_stopped_while_idle_is_bounded_and_leaves_nothing(tmp_path):
+    from hpclab.engines import STOP_BOUND_S
+
+    before = our_children()
+    lab = Lab(workers=2, runs_dir=tmp_path, verbose=False)
+    pids = rank_pids(lab)
+    os.kill(pids[1], signal.SIGSTOP)  # idle: no run, the clean shutdown cannot be answered
+    t0 = time.perf_counter()
+    lab.stop()
+    took = time.perf_counter() - t0
+    print(f"\nlab.stop() with a SIGSTOPped idle rank took {took:.1f} s (bound {STOP_BOUND_S:g} s)")
+    assert took < STOP_BOUND_S
+    assert wait_gone(pids, timeout=5) == []
+    assert our_children() - before == set()
