@@ -32,6 +32,8 @@ from hpclab.run import Run
 from hpclab.runs import RunStore
 from hpclab.views.panel import Panel
 
+ROOT = Path(__file__).resolve().parents[1]
+
 # -- arguments: checked before any engine starts ---------------------------------------------------
 
 
@@ -381,3 +383,38 @@ def test_stop_with_a_rank_stopped_while_idle_is_bounded_and_leaves_nothing(tmp_p
     assert took < STOP_BOUND_S
     assert wait_gone(pids, timeout=5) == []
     assert our_children() - before == set()
+
+
+@pytest.mark.mpi
+def test_a_kernel_shut_down_as_jupyter_does_records_its_run_as_stopped(tmp_path):
+    """What JupyterLab's "Shut Down Kernel" and `DELETE /api/kernels/<id>` do, with Jupyter's
+    default settings: a shutdown request, 5 s of grace (shutdown_wait_time), then SIGKILL."""
+    from jupyter_client.manager import KernelManager
+
+    from hpclab.runs import list_runs
+
+    km = KernelManager(kernel_name="python3")
+    assert km.shutdown_wait_time == 5.0  # the default a JupyterLab server uses
+    km.start_kernel(cwd=str(tmp_path), env={**os.environ, "PYTHONPATH": str(ROOT)})
+    printed: list[str] = []
+
+    def keep_stdout(msg):
+        if msg["msg_type"] == "stream" and msg["content"]["name"] == "stdout":
+            printed.append(msg["content"]["text"])
+
+    kc = km.client()
+    kc.start_channels()
+    try:
+        kc.wait_for_ready(timeout=60)
+        reply = kc.execute_interactive(
+            _lab_script(tmp_path, ""), timeout=180, output_hook=keep_stdout
+        )
+        assert reply["content"]["status"] == "ok", reply["content"]
+    finally:
+        kc.stop_channels()
+    info = json.loads("".join(printed).strip().splitlines()[-1])
+    t0 = time.perf_counter()
+    km.shutdown_kernel()  # request, 5 s grace, then kill
+    print(f"\nthe kernel shut down in {time.perf_counter() - t0:.1f} s")
+    assert wait_gone(info["pids"], timeout=10) == []
+    assert list_runs(tmp_path)["status"].tolist() == ["stopped"]
