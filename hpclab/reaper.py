@@ -6,7 +6,7 @@ every MPI engine — running, holding cores on a shared login node until someone
 :class:`hpclab.engines.EngineSet` therefore starts this module next to them, in a session of its
 own too, with the client's pid and the processes it started on this host::
 
-    python -m hpclab.reaper CLIENT_PID:START_TIME PID:START_TIME ... [--scancel JOB]
+    python .../hpclab/reaper.py CLIENT_PID:START_TIME PID:START_TIME ... [--scancel JOB]
 
 Once a second it checks that the client still exists (the same process: pid and start time).
 When it does not, it sends SIGTERM to every listed process still alive (mpiexec forwards it to
@@ -48,7 +48,8 @@ def _same(token: str):
 
 def start(client, processes: list, scancel: str = "") -> subprocess.Popen:
     """Start the reaper for `processes` (psutil.Process) on behalf of `client` (one too)."""
-    argv = [sys.executable, "-m", "hpclab.reaper", spec(client), *map(spec, processes)]
+    # the file, not `-m hpclab.reaper`: the package's imports (pandas…) would cost ~70 MB
+    argv = [sys.executable, __file__, spec(client), *map(spec, processes)]
     return subprocess.Popen(
         argv + (["--scancel", scancel] if scancel else []),
         stdin=subprocess.DEVNULL,
@@ -91,7 +92,7 @@ def main(argv: list[str]) -> int:
         i = argv.index("--scancel")
         scancel, argv = argv[i + 1], argv[:i] + argv[i + 2 :]
     if not argv:
-        print("usage: python -m hpclab.reaper CLIENT PID:START ... [--scancel JOB]")
+        print("usage: python reaper.py CLIENT PID:START ... [--scancel JOB]")
         return 2
     watch(argv[0], argv[1:], scancel)
     return 0

@@ -30,7 +30,7 @@ def test_a_dead_client_takes_its_processes_with_it_even_one_that_ignores_sigterm
     time.sleep(0.5)  # let it install the handler
     lab = [_sleeper(), stubborn]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "hpclab.reaper", reaper.spec(client), *map(reaper.spec, lab)],
+        [sys.executable, reaper.__file__, reaper.spec(client), *map(reaper.spec, lab)],
         start_new_session=True,
     )
     time.sleep(1.5)
@@ -46,7 +46,7 @@ def test_a_dead_client_takes_its_processes_with_it_even_one_that_ignores_sigterm
 def test_it_leaves_when_the_lab_stopped_by_itself_and_never_touches_a_reused_pid():
     client, engine = _sleeper(), _sleeper()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "hpclab.reaper", reaper.spec(client), reaper.spec(engine)],
+        [sys.executable, reaper.__file__, reaper.spec(client), reaper.spec(engine)],
         start_new_session=True,
     )
     engine.kill()
