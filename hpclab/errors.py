@@ -20,8 +20,13 @@ class LabError(HpclabError, RuntimeError):
     """The lab cannot do what was asked; the message says what to do instead."""
 
 
+class RecordError(HpclabError, ValueError):
+    """A file in a run folder is half-written, foreign or not what hpclab wrote; the message
+    names the file. Listings skip such a run with one warning; reading it by name raises."""
+
+
 class RunFailed(HpclabError, RuntimeError):
     """A run ended as failed or diverged; the message says why and what to do."""
 
 
-__all__ = ["HpclabError", "ConfigError", "LabError", "RunFailed"]
+__all__ = ["HpclabError", "ConfigError", "LabError", "RecordError", "RunFailed"]

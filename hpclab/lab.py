@@ -123,8 +123,8 @@ class Lab:
         self.threads_per_worker = threads_per_worker
         self.start_timeout = start_timeout
         default_runs, default_data = profiles.folders(self.profile)
-        self.runs_dir = Path(runs_dir) if runs_dir is not None else default_runs
-        self.data_dir = Path(data_dir) if data_dir is not None else default_data
+        self.runs_dir = paths.check_folder(runs_dir or default_runs, "runs_dir")  # before any
+        self.data_dir = paths.check_folder(data_dir or default_data, "data_dir")  # engine starts
         self.verbose = verbose
         self._mpiexec = mpiexec or self.profile.launch.mpiexec or None
         self.client = None

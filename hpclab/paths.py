@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hpclab.catalog import STAGED_DATASETS
+from hpclab.errors import ConfigError
 
 if TYPE_CHECKING:
     from hpclab.config import RunConfig
@@ -42,6 +43,29 @@ def data_dir() -> Path:
 def runs_dir() -> Path:
     """Run records ($HPCLAB_RUNS, else <checkout>/runs)."""
     return _default("HPCLAB_RUNS", "runs")
+
+
+#: Where each folder a Lab writes can come from, as error messages name it.
+FOLDERS = {
+    "runs_dir": "Lab.runs_dir (--runs-dir, $HPCLAB_RUNS)",
+    "data_dir": "Lab.data_dir (--data-dir, $HPCLAB_DATA)",
+}
+
+
+def check_folder(path: Path | str, which: str) -> Path:
+    """`path` as a folder this process can write (made if missing); else a ConfigError naming
+    the setting (`which`: a key of FOLDERS), the path and what is wrong with it. Checked before
+    any engine starts."""
+    path, what = Path(path), FOLDERS[which]
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise ConfigError(f"{what} must be a folder; {path} is a file.") from None
+    except OSError as exc:
+        raise ConfigError(f"{what} {path} cannot be made: {exc.strerror or exc}.") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise ConfigError(f"{what} {path} is not writable by this user.")
+    return path
 
 
 def check_staged(cfg: RunConfig, data_dir: Path | str) -> None:

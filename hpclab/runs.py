@@ -16,15 +16,45 @@ are line-sized; a torn last line (crash mid-write) is skipped when reading.
 from __future__ import annotations
 
 import datetime as _dt
+import logging
 import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
+from hpclab.errors import RecordError
 from hpclab.jsonio import append_jsonl, read_json, read_jsonl, write_json_atomic
 
 STOP_FILE = "STOP"
+log = logging.getLogger(__name__)
+
+
+def read_record_json(path: Path) -> dict:
+    """A run folder's JSON object ({} when the file is absent); RecordError naming the file when
+    it is half-written, not JSON, not an object, or not a file at all."""
+    try:
+        data = read_json(path)
+    except (ValueError, OSError) as exc:  # JSONDecodeError, UnicodeDecodeError, IsADirectoryError
+        raise RecordError(
+            f"{path} is not a run file hpclab can read ({type(exc).__name__}: {exc}); "
+            "a half-written or foreign file: remove it, or the run folder"
+        ) from None
+    if not isinstance(data, dict):
+        raise RecordError(
+            f"{path} holds a JSON {type(data).__name__}, not the object hpclab writes; "
+            "remove it, or the run folder"
+        )
+    return data
+
+
+def _readable(cfg_path: Path) -> tuple[dict, dict] | None:
+    """(config.json, summary.json) of a run folder, or None after one warning naming the file."""
+    try:
+        return read_record_json(cfg_path), read_record_json(cfg_path.parent / "summary.json")
+    except RecordError as exc:
+        log.warning("skipping a run: %s", exc)
+        return None
 
 
 def default_root() -> Path:
@@ -127,8 +157,8 @@ def load_run(path: Path | str) -> RunRecord:
         raise FileNotFoundError(f"{path} is not an hpclab run folder (no config.json in it).")
     return RunRecord(
         path=path,
-        meta=read_json(path / "config.json"),
-        summary=read_json(path / "summary.json"),
+        meta=read_record_json(path / "config.json"),
+        summary=read_record_json(path / "summary.json"),
         history=pd.DataFrame(read_jsonl(path / "metrics.jsonl")),
         epochs=pd.DataFrame(read_jsonl(path / "epochs.jsonl")),
     )
@@ -167,9 +197,11 @@ def list_runs(root: Path | str | None = None) -> pd.DataFrame:
     root = Path(root) if root is not None else default_root()
     rows = []
     for cfg_path in sorted(root.glob("*/config.json")):
-        meta = read_json(cfg_path)
-        summary = read_json(cfg_path.parent / "summary.json")
-        cfg = meta.get("config", {})
+        files = _readable(cfg_path)
+        if files is None:
+            continue
+        meta, summary = files
+        cfg = meta.get("config") if isinstance(meta.get("config"), dict) else {}
         rows.append(
             {
                 "run_id": meta.get("run_id", cfg_path.parent.name),
@@ -205,8 +237,11 @@ def find_finished(root: Path | str | None, config: dict, workers: int) -> Path |
     :data:`RESULTS`, if any."""
     root = Path(root) if root is not None else default_root()
     for cfg_path in sorted(root.glob("*/config.json")):
-        meta = read_json(cfg_path)
+        files = _readable(cfg_path)  # an unreadable record is no result: the point runs again
+        if files is None:
+            continue
+        meta, summary = files
         if meta.get("config") == config and meta.get("workers") == workers:
-            if read_json(cfg_path.parent / "summary.json").get("status") in RESULTS:
+            if summary.get("status") in RESULTS:
                 return cfg_path.parent
     return None

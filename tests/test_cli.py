@@ -379,3 +379,73 @@ def test_a_batch_systems_signal_stops_the_run_like_ctrl_c(signame, tmp_path):
     assert load_run(summary["path"]).status == "stopped"
     _, alive = psutil.wait_procs(children, timeout=10)
     assert not alive, f"left running after {took:.1f} s: {[p.pid for p in alive]}"
+
+
+CORRUPTIONS = {  # file in a run folder -> what a crash, a full disk or a stray copy leaves
+    "summary.json": b'{"status": "fini',  # half-written
+    "config.json": b"[1, 2, 3]",  # JSON, but not the object hpclab writes
+}
+
+
+def _runs_root_with_damage(tmp_path):
+    root = tmp_path / "runs"
+    good = [write_run(root, RunConfig(batch_per_worker=b)) for b in (32, 256)]
+    bad = []
+    for name, content in CORRUPTIONS.items():
+        folder = write_run(root, RunConfig(batch_per_worker=64))
+        (folder / name).write_bytes(content)
+        bad.append(folder / name)
+    binary = write_run(root, RunConfig(batch_per_worker=128))
+    (binary / "summary.json").write_bytes(bytes(range(256)))  # not even text
+    bad.append(binary / "summary.json")
+    return root, good, bad
+
+
+def test_runs_and_report_skip_damaged_run_files_with_one_line_each(tmp_path, capsys, caplog):
+    root, good, bad = _runs_root_with_damage(tmp_path)
+    assert cli.main(["runs", "--runs-dir", str(root)]) == 0
+    out = capsys.readouterr().out
+    assert all(g.name in out for g in good) and "2 run(s)" in out
+    said = [r.getMessage() for r in caplog.records if r.name == "hpclab.runs"]
+    assert len(said) == len(bad) and all(any(str(b) in s for s in said) for b in bad), said
+    report = tmp_path / "r.html"
+    assert cli.main(["report", str(root), "-o", str(report)]) == 0
+    err = capsys.readouterr().err
+    assert sum(line.startswith("hpclab report: skipping a run:") for line in err.splitlines()) == 3
+    assert all(str(b) in err for b in bad) and "Traceback" not in err
+    assert "b32 linear ×2" in report.read_text()
+    # a damaged run named on the command line: one sentence, exit 2, no report
+    assert cli.main(["report", str(bad[0].parent), "-o", str(tmp_path / "x.html")]) == 2
+    err = capsys.readouterr().err
+    assert str(bad[0]) in err and "half-written" in err and "Traceback" not in err
+    assert not (tmp_path / "x.html").exists()
+
+
+def test_sweep_resume_and_load_run_on_damaged_records(tmp_path, caplog):
+    from hpclab.errors import RecordError
+    from hpclab.runs import find_finished, load_run
+
+    root, good, bad = _runs_root_with_damage(tmp_path)
+    cfg = load_run(good[0]).meta["config"]
+    assert find_finished(root, cfg, 2) == good[0]  # the damaged ones are read past
+    damaged = RunConfig(batch_per_worker=64).to_dict()
+    assert find_finished(root, damaged, 2) is None  # no readable result: the point runs again
+    for path in bad:
+        with pytest.raises(RecordError, match=str(path).replace("+", r"\+")):
+            load_run(path.parent)
+
+
+@pytest.mark.parametrize("option", ["--runs-dir", "--data-dir"])
+def test_a_file_as_runs_or_data_dir_is_refused_before_any_engine_starts(tmp_path, capsys, option):
+    import time
+
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    for bad, why in ((a_file, "is a file"), (a_file / "sub", "cannot be made")):
+        t0 = time.perf_counter()
+        assert cli.main(["run", option, str(bad), "--epochs", "1"]) == 2
+        err = capsys.readouterr().err
+        assert option in err and str(bad) in err and why in err and "Traceback" not in err
+        assert time.perf_counter() - t0 < 5  # no engine was started
+    assert cli.main(["runs", "--runs-dir", str(a_file)]) == 2
+    assert "is a file" in capsys.readouterr().err

@@ -244,24 +244,23 @@ def test_a_torn_last_history_line_is_skipped(tmp_path):
     assert load_run(store.path).history["step"].tolist() == [1, 2]
 
 
-def test_half_written_summary_raises_today(tmp_path):
-    """Documented, not designed: one corrupt summary.json stops load_run, list_runs and
-    find_finished (so `hpclab runs`, `report` and sweep resume) with a JSONDecodeError.
-    Issue 13 asks for a skip with a one-line warning instead; change this test with it."""
+def test_a_half_written_summary_is_skipped_with_a_warning_and_named_when_read(tmp_path, caplog):
+    """One corrupt summary.json no longer stops list_runs or find_finished (`hpclab runs`,
+    `report`, sweep resume): that run is skipped with one warning naming the file."""
+    from hpclab.errors import RecordError
+
     bad = _store(tmp_path, run_id="a-bad")
     (bad.path / "summary.json").write_text('{"status": "fini', encoding="utf-8")
     good = _store(tmp_path, run_id="b-good")
     good.write_summary({"status": "finished"})
-    with pytest.raises(json.JSONDecodeError):
+    with pytest.raises(RecordError, match=re.escape(str(bad.path / "summary.json"))):
         load_run(bad.path)
-    with pytest.raises(json.JSONDecodeError):
-        list_runs(tmp_path)
-    # find_finished reads a summary only for a folder whose config and workers match: the corrupt
-    # one, first in name order, stops the search before the good one is reached...
-    with pytest.raises(json.JSONDecodeError):
-        find_finished(tmp_path, CFG.to_dict(), 2)
-    # ...while a search for another worker count never opens it.
+    assert list_runs(tmp_path)["run_id"].tolist() == ["b-good"]
+    # the corrupt folder comes first in name order and matches: it is read past, not a result
+    assert find_finished(tmp_path, CFG.to_dict(), 2) == good.path
     assert find_finished(tmp_path, CFG.to_dict(), 4) is None
+    warned = [r.getMessage() for r in caplog.records if r.name == "hpclab.runs"]
+    assert len(warned) == 3 and all(str(bad.path / "summary.json") in w for w in warned)  # per call
     assert load_run(good.path).status == "finished"
 
 

@@ -44,7 +44,7 @@ import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from hpclab.errors import ConfigError, LabError, RunFailed
+from hpclab.errors import ConfigError, LabError, RecordError, RunFailed
 from hpclab.tools import cli_profiles, cli_run, cli_runs, doctor
 from hpclab.tools.cli_progress import say
 from hpclab.tools.cli_run import EXIT_CODES
@@ -117,7 +117,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Parse `argv` (default: ``sys.argv[1:]``), run the command and return its exit code.
 
     The user's mistakes — a bad value (ConfigError), a missing file or run folder
-    (FileNotFoundError), engines that cannot start (LabError) — end as one sentence on stderr and
+    (FileNotFoundError), an unreadable run file named on the command line (RecordError), engines
+    that cannot start (LabError) — end as one sentence on stderr and
     exit status 2; a run that failed (RunFailed) as one sentence and status 1. Anything else is a
     bug in hpclab and keeps its traceback.
     """
@@ -129,7 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with _signals_stop_like_ctrl_c():
             return COMMANDS[args.command].run(args)
-    except (ConfigError, FileNotFoundError, LabError) as exc:
+    except (ConfigError, FileNotFoundError, LabError, RecordError) as exc:
         say(f"hpclab {args.command}: {_sentence(exc)}")
         return EXIT_CODES["usage"]
     except RunFailed as exc:

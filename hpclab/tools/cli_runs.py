@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from hpclab.tools.cli_progress import say
+
 # ---------------------------------------------------------------------------------------------
 # hpclab report
 # ---------------------------------------------------------------------------------------------
@@ -61,10 +63,21 @@ def run_folders(paths: Sequence[Path]) -> list[Path]:
 
 def report(args: argparse.Namespace) -> int:
     """``hpclab report``: write the HTML report and print its path."""
+    from hpclab.errors import RecordError
     from hpclab.runs import load_run
     from hpclab.views.report import write_report
 
-    records = [load_run(p) for p in run_folders(args.paths)]
+    named = {p for p in args.paths if (p / "config.json").is_file()}
+    records = []
+    for folder in run_folders(args.paths):
+        try:
+            records.append(load_run(folder))
+        except RecordError as exc:
+            if folder in named:  # asked for by name: say why it cannot be reported
+                raise
+            say(f"hpclab report: skipping a run: {exc}")
+    if not records:
+        raise RecordError(f"no readable run in {', '.join(map(str, args.paths))}")
     path = write_report(records, args.output, title=args.title)
     print(path, flush=True)
     return 0
@@ -115,6 +128,10 @@ def show_runs(args: argparse.Namespace) -> int:
     from hpclab.runs import list_runs
 
     root = args.runs_dir or paths.runs_dir()
+    if args.runs_dir is not None and root.is_file():
+        raise FileNotFoundError(
+            f"{root} is a file; give the folder your runs are recorded in (--runs-dir)."
+        )
     if args.runs_dir is not None and not root.is_dir():
         raise FileNotFoundError(
             f"{root} does not exist; give the folder your runs are recorded in (--runs-dir)."
