@@ -53,6 +53,12 @@ MAX_STEPS_PER_CALL = 1000  # optimizer steps one compiled call may run
 #: Evaluations on the held-out subset per run when RunConfig.eval_every is 0 (auto): steps and
 #: time to a target accuracy are then exact to 1/40 = 2.5 % of the run.
 EVAL_POINTS = 40
+#: Optimizer steps one run may take (epochs x steps per epoch, after max_steps): hours of the
+#: lab's fastest model; beyond it a typo (epochs=1e4 at batch 1) would build a per-step LR table
+#: of billions of entries on every rank before the first step.
+MAX_TOTAL_STEPS = 10_000_000
+#: Live telemetry cadence: 0 (off) or at least this many seconds between publishes.
+MIN_PUBLISH_EVERY_S = 0.1
 #: A history row's throughput is taken over at least this many seconds of training (its window
 #: and the ones before it, hpclab.rank.meters.RateWindow): readable, and still a true rate.
 RATE_WINDOW_S = 1.0
@@ -83,5 +89,7 @@ __all__ = [
     "MAX_STEPS_PER_CALL",
     "RATE_WINDOW_S",
     "EVAL_POINTS",
+    "MAX_TOTAL_STEPS",
+    "MIN_PUBLISH_EVERY_S",
     "models_for",
 ]

@@ -24,6 +24,8 @@ from hpclab.catalog import (
     LR_SCALINGS,
     LR_SCHEDULES,
     MAX_STEPS_PER_CALL,
+    MAX_TOTAL_STEPS,
+    MIN_PUBLISH_EVERY_S,
     MODELS,
     OPTIMIZERS,
     PRECISIONS,
@@ -125,8 +127,18 @@ class RunConfig:
         return max(1, self.train_size() // self.global_batch(workers))
 
     def total_steps(self, workers: int) -> int:
-        steps = max(1, int(math.ceil(self.epochs * self.steps_per_epoch(workers))))
-        return min(steps, self.max_steps) if self.max_steps else steps
+        """Optimizer steps of the run; a ConfigError above MAX_TOTAL_STEPS (checked on the
+        client before any rank starts: Lab.run, the panel and the CLI all ask for it)."""
+        spe = self.steps_per_epoch(workers)
+        steps = max(1, int(math.ceil(self.epochs * spe)))
+        steps = min(steps, self.max_steps) if self.max_steps else steps
+        if steps > MAX_TOTAL_STEPS:
+            raise ConfigError(
+                f"RunConfig.epochs={self.epochs:g} x {spe:,} steps per epoch (global batch "
+                f"{self.global_batch(workers):,}) is {steps:,} optimizer steps; at most "
+                f"{MAX_TOTAL_STEPS:,} are allowed: fewer epochs, a larger batch, or max_steps."
+            )
+        return steps
 
     def eval_interval(self, workers: int) -> int:
         """Steps between evaluations on the fixed held-out subset; 0 when off (eval_samples 0,
@@ -308,6 +320,12 @@ def _validate(cfg: RunConfig) -> None:
     _float_range(cfg, "weight_decay", 0.0, 1.0)
     _float_range(cfg, "lars_eta", 0.0, 10.0, lo_open=True)
     _float_range(cfg, "publish_every_s", 0.0, 3600)
+    if 0 < cfg.publish_every_s < MIN_PUBLISH_EVERY_S:  # every call would publish: a flood
+        _fail(
+            "publish_every_s",
+            cfg.publish_every_s,
+            f"0 (telemetry off) or from {MIN_PUBLISH_EVERY_S:g} to 3600 seconds",
+        )
     _float_range(cfg, "hvd_cycle_time_ms", 0.0, 1000.0, lo_open=True)
     _float_range(cfg, "hvd_fusion_mb", 0.0, 4096.0)
     for name in ("fp16_allreduce", "noise_scale", "xla", "loss_scaling"):

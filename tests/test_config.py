@@ -176,3 +176,19 @@ def test_label_names_the_knobs():
         .endswith("float16 unscaled")
     )
     assert RunConfig(name="mine").label() == "mine"
+
+
+def test_a_step_bomb_and_a_publish_flood_are_refused_with_their_limits():
+    from hpclab.catalog import MAX_TOTAL_STEPS, MIN_PUBLISH_EVERY_S
+
+    bomb = RunConfig(num_samples=10_000_000, batch_per_worker=1, epochs=10_000)
+    with pytest.raises(ConfigError, match=f"at most {MAX_TOTAL_STEPS:,} are allowed"):
+        bomb.derived(2)
+    capped = bomb.replace(max_steps=1000)  # the same run cut by max_steps is fine
+    assert capped.total_steps(2) == 1000
+    limit = int(MAX_TOTAL_STEPS / RunConfig(num_samples=10_000_000).steps_per_epoch(1))
+    assert RunConfig(num_samples=10_000_000, epochs=limit).total_steps(1) <= MAX_TOTAL_STEPS
+    with pytest.raises(ConfigError, match="publish_every_s=0.01"):
+        RunConfig(publish_every_s=0.01)
+    assert RunConfig(publish_every_s=0).publish_every_s == 0
+    assert RunConfig(publish_every_s=MIN_PUBLISH_EVERY_S).publish_every_s == MIN_PUBLISH_EVERY_S
