@@ -74,11 +74,13 @@ def read_json(path: Path | str) -> dict:
         return {}
 
 
-def append_jsonl(path: Path | str, rows: Iterable[dict]) -> None:
-    """Append rows to a JSON-lines file (one write call for the batch)."""
+def append_jsonl(path: Path | str, rows: Iterable[dict], mode: int = 0o600) -> None:
+    """Append rows to a JSON-lines file (one write call for the batch); a new file gets `mode`
+    (private by default, like the atomic writes), whatever the umask."""
     text = "".join(dumps(r, sort_keys=True) + "\n" for r in rows)
     if text:
-        with open(path, "a", encoding="utf-8") as f:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, mode & 0o666)
+        with os.fdopen(fd, "a", encoding="utf-8") as f:
             f.write(text)
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import logging
+import os
 import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -115,6 +116,17 @@ class RunRecord:
         return run_csv(self, table, path)
 
 
+#: Set to "group" to share a runs folder with your Unix group (files 0640 in 0750 folders; give
+#: the runs root to the group and set its setgid bit yourself). Default: private to you.
+SHARE_ENV = "HPCLAB_SHARE_RUNS"
+
+
+def modes() -> tuple[int, int]:
+    """(file mode, folder mode) of run records: (0o600, 0o700), or group-readable when
+    $HPCLAB_SHARE_RUNS is 'group' (run records hold paths, hosts and pids)."""
+    return (0o640, 0o750) if os.environ.get(SHARE_ENV) == "group" else (0o600, 0o700)
+
+
 class RunStore:
     """Writes one run's folder. The client-side `Run` owns one; nothing else writes there."""
 
@@ -122,22 +134,25 @@ class RunStore:
         self.root = Path(root) if root is not None else default_root()
         self.run_id = run_id or new_run_id()
         self.path = self.root / self.run_id
+        self.file_mode, self.folder_mode = modes()
 
     def create(self, meta: dict) -> None:
         self.path.mkdir(parents=True, exist_ok=False)
+        os.chmod(self.path, self.folder_mode)  # whatever the umask
         write_json_atomic(
             self.path / "config.json",
             {**meta, "run_id": self.run_id, "created": _dt.datetime.now().isoformat()},
+            self.file_mode,
         )
 
     def append_history(self, rows: list[dict]) -> None:
-        append_jsonl(self.path / "metrics.jsonl", rows)
+        append_jsonl(self.path / "metrics.jsonl", rows, self.file_mode)
 
     def append_epochs(self, rows: list[dict]) -> None:
-        append_jsonl(self.path / "epochs.jsonl", rows)
+        append_jsonl(self.path / "epochs.jsonl", rows, self.file_mode)
 
     def write_summary(self, summary: dict) -> None:
-        write_json_atomic(self.path / "summary.json", summary)
+        write_json_atomic(self.path / "summary.json", summary, self.file_mode)
 
     @property
     def stop_file(self) -> Path:
@@ -146,8 +161,8 @@ class RunStore:
     def request_stop(self) -> None:
         """Write the STOP file rank 0 polls; a deleted run folder is made again for it (and an
         empty file needs no free blocks, so a full disk still takes it)."""
-        self.path.mkdir(parents=True, exist_ok=True)
-        self.stop_file.touch()
+        self.path.mkdir(mode=self.folder_mode, parents=True, exist_ok=True)
+        self.stop_file.touch(mode=self.file_mode)
 
 
 def load_run(path: Path | str) -> RunRecord:

@@ -1,12 +1,8 @@
 """hpclab.runs and hpclab.jsonio: the run store on disk (fast: no TF, no MPI, no engines).
 
-What is pinned here is today's behaviour, including two things issue 13 ("Reliability and
-security") will change on purpose — update these tests with it:
-
-* file modes: `config.json` and `summary.json` are private (0600, from `mkstemp`), while the
-  appended `metrics.jsonl` / `epochs.jsonl` and the `STOP` file follow the umask;
-* a half-written `summary.json` (not written by hpclab's atomic path: another tool, a copy, a
-  disk error) makes `load_run`, `list_runs` and `find_finished` raise `json.JSONDecodeError`.
+Run records are private by default (files 0600 in 0700 folders, whatever the umask), group-
+readable with HPCLAB_SHARE_RUNS=group; a half-written or foreign file is skipped by listings
+with one warning and named by a RecordError when read directly.
 """
 
 from __future__ import annotations
@@ -210,10 +206,17 @@ def test_reading_missing_files_gives_empty_values(tmp_path):
     assert not (tmp_path / "empty.jsonl").exists()  # nothing to append, no file made
 
 
-# -- file modes, as they are today (issue 13 will revisit) -----------------------------------------
+# -- file modes ------------------------------------------------------------------------------------
 
 
-def test_file_modes_today(tmp_path, umask022):
+@pytest.mark.parametrize("share, files, folder", [(None, 0o600, 0o700), ("group", 0o640, 0o750)])
+def test_run_files_are_private_unless_shared_with_the_group(
+    tmp_path, umask022, monkeypatch, share, files, folder
+):
+    if share:
+        monkeypatch.setenv("HPCLAB_SHARE_RUNS", share)
+    else:
+        monkeypatch.delenv("HPCLAB_SHARE_RUNS", raising=False)
     store = _store(tmp_path)
     store.append_history([{"step": 1}])
     store.append_epochs([{"epoch": 1}])
@@ -223,12 +226,9 @@ def test_file_modes_today(tmp_path, umask022):
     def mode(name):
         return stat.S_IMODE((store.path / name).stat().st_mode)
 
-    assert stat.S_IMODE(store.path.stat().st_mode) == 0o755
-    assert mode("config.json") == 0o600  # atomic writes: mkstemp's private mode
-    assert mode("summary.json") == 0o600
-    assert mode("metrics.jsonl") == 0o644  # appends: the umask
-    assert mode("epochs.jsonl") == 0o644
-    assert mode(STOP_FILE) == 0o644
+    assert stat.S_IMODE(store.path.stat().st_mode) == folder  # umask 022 would give 0755
+    for name in ("config.json", "summary.json", "metrics.jsonl", "epochs.jsonl", STOP_FILE):
+        assert mode(name) == files, name
     jsonio.write_json_atomic(tmp_path / "shared.json", {}, mode=0o644)  # an explicit mode wins
     assert stat.S_IMODE((tmp_path / "shared.json").stat().st_mode) == 0o644
 
