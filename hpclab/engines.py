@@ -134,7 +134,8 @@ class EngineSet:
             state = slurm.job_state(self.job_id)
             return "" if state else f"the engines' job {self.job_id} left the queue"
         code = self._engine_set.poll()
-        return "" if code is None else f"{self.plan.launch_cmd[0]} exited with status {code}"
+        launcher = os.path.basename(self.plan.launch_cmd[0])
+        return "" if code is None else f"{launcher} exited with status {code}"
 
     def _wait_for_queue(self) -> None:
         """Mode sbatch: poll squeue until the engines' job runs (its own timeout, so a long
@@ -211,6 +212,17 @@ class EngineSet:
             log.debug("aborting the engines: %r (already gone)", exc)
         except Exception as exc:  # noqa: BLE001 — from a run's monitor thread: log, never raise
             log.warning("aborting the engines reported %r; call lab.restart().", exc)
+
+    def link_state(self) -> str:
+        """'' while the controller and the launcher (mpiexec, srun, the job) run; else what
+        ended, e.g. 'mpiexec exited with status -9' (run.py names it when ranks fall silent)."""
+        parts = [self.controller_state()]
+        if self._engine_set is not None:
+            try:
+                parts.append(self._launcher_ended())
+            except Exception:  # noqa: BLE001 — asked while things fall apart: say what we can
+                pass
+        return "; ".join(p for p in parts if p)
 
     def controller_state(self) -> str:
         """'' while the ipyparallel controller runs; else a sentence saying it is gone."""

@@ -358,8 +358,8 @@ class Lab:
             self._engines.abort(pids=[r["pid"] for r in self.ranks if r["host"] == platform.node()])
 
     def _link_state(self) -> str:
-        """Why no rank can reach the client: a sentence, or '' when the controller runs."""
-        return self._engines.controller_state() if self._engines is not None else ""
+        """Why ranks cannot reach the client: a sentence, or '' while controller and launcher run."""
+        return self._engines.link_state() if self._engines is not None else ""
 
     def sweep(self, cfg: RunConfig, *, progress=None, **grid):
         from hpclab.sweep import run_sweep

@@ -312,7 +312,7 @@ class Run:
                 if first
                 else self._watchdog.describe(hung)
                 if hung and len(hung) < self.workers
-                else "a rank died (mpiexec did not say which)"
+                else self._link_state() or "a rank died (mpiexec did not say which)"
             )
             return (
                 f"{who} and MPI ended every rank; the engines are gone — "

@@ -272,6 +272,23 @@ def test_a_killed_controller_fails_the_run_and_stop_leaves_nothing(lab):
     assert lab.run(RunConfig(**SMALL)).wait(timeout=300)["status"] == "finished"
 
 
+def test_a_killed_mpiexec_is_named_and_nothing_is_left(lab):
+    import psutil
+
+    run = lab.run(RunConfig(num_samples=8000, epochs=200))
+    assert _wait_for_rows(run), run.error
+    processes = _lab_processes(lab)
+    t0 = time.perf_counter()
+    processes[1].kill()  # mpiexec (hydra): MPI ends every rank
+    with pytest.raises(RunFailed, match="mpiexec exited with status -9"):
+        run.wait(timeout=HANG_S + 30)
+    print(f"\nkill -9 of mpiexec named after {time.perf_counter() - t0:.1f} s")
+    lab.stop()
+    _, alive = psutil.wait_procs(processes[1:], timeout=15)
+    assert not alive, alive
+    lab.start()
+
+
 def test_killed_rank_fails_the_run_and_restart_recovers(lab):
     run = lab.run(RunConfig(num_samples=8000, epochs=200))
     assert _wait_for_rows(run), run.error
