@@ -45,6 +45,7 @@ PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
 #: How gradients cross ranks: one grouped (fused) allreduce after the whole backward pass, or one
 #: allreduce per tensor, each free to start as soon as its gradient exists (overlap with backprop).
 GRAD_ALLREDUCES = ("grouped", "per_tensor")
+VALIDATIONS = ("sharded", "rank0")  # who evaluates the held-out set (Amdahl's lesson)
 
 # -- limits -------------------------------------------------------------------------------------
 MAX_WORKERS = 512  # MPI engines one Lab starts
@@ -84,6 +85,7 @@ __all__ = [
     "LR_SCHEDULES",
     "PRECISIONS",
     "GRAD_ALLREDUCES",
+    "VALIDATIONS",
     "MAX_WORKERS",
     "MAX_THREADS_PER_WORKER",
     "MAX_STEPS_PER_CALL",

@@ -25,11 +25,13 @@ from hpclab.catalog import (
     LR_SCHEDULES,
     MAX_STEPS_PER_CALL,
     MAX_TOTAL_STEPS,
+    MAX_WORKERS,
     MIN_PUBLISH_EVERY_S,
     MODELS,
     OPTIMIZERS,
     PRECISIONS,
     STAGED_SIZES,
+    VALIDATIONS,
     models_for,
 )
 from hpclab.errors import ConfigError
@@ -83,6 +85,15 @@ class RunConfig:
     )
     hvd_cycle_time_ms: float = knob(0.1, "Horovod: background cycle between collectives (ms)")
     hvd_fusion_mb: float = knob(64.0, "Horovod: tensor-fusion buffer (MB; 0 = no fusion)")
+    # -- where the time goes (hpclab.pop) ------------------------------------------------------
+    straggler_rank: int = knob(-1, "the rank slowed on purpose (-1 = none)")
+    straggler_slowdown: float = knob(
+        0.0, "straggler: % of its speed lost (30: its compute takes 1/0.7 = 1.43x as long)"
+    )
+    straggler_ms: float = knob(0.0, "straggler: extra milliseconds of compute every step")
+    validation: str = knob(
+        "sharded", "held-out evaluation: sharded over ranks, or rank0 alone (the others wait)"
+    )
     publish_every_s: float = knob(0.5, "live telemetry cadence in seconds (0 = telemetry off)")
     noise_scale: bool = knob(True, "estimate the gradient noise scale (McCandlish et al. 2018)")
     eval_every: int = knob(0, "steps between evaluations on the held-out subset (0 = auto: 40)")
@@ -186,7 +197,14 @@ class RunConfig:
         return "no warm-up"
 
     def derived(self, workers: int) -> dict:
-        """The numbers worth printing before a run starts."""
+        """The numbers worth printing before a run starts (a ConfigError if ``workers`` does not
+        fit the config: every run asks for them before any rank starts)."""
+        if self.straggler_rank >= _check_workers(workers):
+            _fail(
+                "straggler_rank",
+                self.straggler_rank,
+                f"-1 (none) or a rank of this {workers}-worker run (0 to {workers - 1})",
+            )
         return {
             "workers": workers,
             "global_batch": self.global_batch(workers),
@@ -304,6 +322,7 @@ def _validate(cfg: RunConfig) -> None:
     _choice(cfg, "lr_schedule", LR_SCHEDULES)
     _choice(cfg, "precision", PRECISIONS)
     _choice(cfg, "grad_allreduce", GRAD_ALLREDUCES)
+    _choice(cfg, "validation", VALIDATIONS)
     _int_range(cfg, "num_samples", 100, 10_000_000)
     _int_range(cfg, "batch_per_worker", 1, 65536)
     _int_range(cfg, "base_batch", 1, 10_000_000)
@@ -328,6 +347,9 @@ def _validate(cfg: RunConfig) -> None:
         )
     _float_range(cfg, "hvd_cycle_time_ms", 0.0, 1000.0, lo_open=True)
     _float_range(cfg, "hvd_fusion_mb", 0.0, 4096.0)
+    _int_range(cfg, "straggler_rank", -1, MAX_WORKERS - 1)
+    _float_range(cfg, "straggler_slowdown", 0.0, 95.0)
+    _float_range(cfg, "straggler_ms", 0.0, 10_000.0)
     for name in ("fp16_allreduce", "noise_scale", "xla", "loss_scaling"):
         if not isinstance(getattr(cfg, name), bool):
             _fail(name, getattr(cfg, name), "True or False")

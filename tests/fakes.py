@@ -19,6 +19,8 @@ Tests import it as ``from fakes import write_run`` (pytest puts tests/ on sys.pa
 from __future__ import annotations
 
 import math
+
+import numpy as np
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -30,6 +32,24 @@ from hpclab.runs import RunStore
 
 VERSIONS = {"tensorflow": "2.15.1", "horovod": "0.28.1"}
 STARTUP_S = 4.0  # wall time before the training loop (engines, data, first trace)
+
+
+def split_columns(workers: int, steps: int = 100) -> dict:
+    """The time-split and POP columns of a history row, computed by the engine's own code
+    (hpclab.rank.meters.time_columns) from a window where rank r computes (6 + 0.5 r) ms a step
+    and waits in the allreduce for the slowest rank."""
+    from hpclab.rank.meters import DETAIL, time_columns
+
+    compute = [0.006 + 0.0005 * r for r in range(workers)]
+    per_step = {"input_s": [0.0004] * workers, "compute_s": compute, "apply_s": [0.0003] * workers,
+                "allreduce_s": [0.001 + max(compute) - c for c in compute]}  # fmt: skip
+    call = [sum(v[r] for v in per_step.values()) + 0.0002 for r in range(workers)]
+    m = np.zeros((workers, len(DETAIL)))
+    for name, values in {**per_step, "call_s": call, "host_s": [0.0005] * workers}.items():
+        m[:, DETAIL.index(name)] = np.asarray(values) * steps
+    m[:, DETAIL.index("steps")] = steps
+    m[:, DETAIL.index("wall_s")] = m[:, DETAIL.index("call_s")] + m[:, DETAIL.index("host_s")]
+    return time_columns(m)
 
 
 def make_history(
@@ -62,8 +82,7 @@ def make_history(
                 "lr": cfg.lr_at(step, workers),
                 "samples_per_sec": samples_per_sec,
                 "rank_samples_per_sec": list(ranks),
-                "input_ms": 0.4,
-                "compute_ms": 6.0,
+                **split_columns(workers),
                 "grad_norm_small_sq": 2.0,
                 "grad_norm_big_sq": 1.2,
                 "noise_scale": math.nan if workers == 1 else 80.0 + 4 * i,
@@ -202,6 +221,7 @@ def write_run(
             "epochs_done": len(epochs),
             "wall_time_s": train_time + STARTUP_S,
             "train_time_s": train_time,
+            "time_split": split_columns(workers),
             "noise_scale": noise[-1] if noise else None,
             "versions": dict(VERSIONS),
             "error": None if status in ("finished", "stopped") else f"the run {status}",

@@ -180,12 +180,39 @@ def test_rank_lines_differ_in_dash_and_titles_name_unit_and_x_axis(tmp_path):
     titles = {
         a.name: a.text for a in dash.fig.layout.annotations if (a.name or "").startswith("title:")
     }
-    assert set(titles) == {f"title:{p}" for p in ("throughput", "loss", "accuracy", "lr", "noise")}
+    timeline = ("throughput", "loss", "accuracy", "lr", "noise")
+    assert set(titles) == {f"title:{p}" for p in (*timeline, "split")}
     assert titles["title:throughput"] == "throughput (samples/s over ≥ 1 s) vs step"
-    assert all(t.endswith(" vs step") for t in titles.values())
+    assert all(titles[f"title:{p}"].endswith(" vs step") for p in timeline)
+    assert titles["title:split"].startswith("where a step's time goes, per rank (ms per step")
     dash.set_x("time_s")
-    titles = [a.text for a in dash.fig.layout.annotations if (a.name or "").startswith("title:")]
-    assert all(t.endswith(" vs wall time (s)") for t in titles) and len(titles) == 5
+    titles = {
+        a.name: a.text for a in dash.fig.layout.annotations if (a.name or "").startswith("title:")
+    }
+    assert all(titles[f"title:{p}"].endswith(" vs wall time (s)") for p in timeline)
+    assert "vs" not in titles["title:split"]  # drawn per rank, not against the x axis
+
+
+def test_the_split_panel_stacks_each_ranks_parts_and_names_pop_efficiencies(tmp_path):
+    """Four ranks of the fake history (rank r computes 6 + 0.5 r ms a step and the others wait
+    for rank 3 in the allreduce): a stack per rank, parts in PARTS order, POP's numbers."""
+    from hpclab.pop import PARTS
+
+    record = load_run(write_run(tmp_path, workers=4))
+    last = record.history.iloc[-1]
+    dash = Dashboard()
+    dash.show_run(record)
+    for part in PARTS:
+        bar = dash.trace(f"split/{part}")
+        assert bar.type == "bar" and bar.orientation == "h"
+        assert list(bar.y) == [f"rank {r}" for r in range(4)]
+        np.testing.assert_allclose(bar.x, last[f"rank_{part}_ms"])
+    np.testing.assert_allclose(dash.trace("split/compute").x, [6.0, 6.5, 7.0, 7.5])
+    np.testing.assert_allclose(dash.trace("split/allreduce").x, [2.5, 2.0, 1.5, 1.0])
+    note = next(a.text for a in dash.fig.layout.annotations if a.name == "pop_note")
+    assert f"load balance {last['load_balance']:.2f}" in note
+    assert f"parallel efficiency {last['parallel_efficiency']:.2f}" in note
+    assert last["load_balance"] < 1.0 and last["comm_efficiency"] < 1.0
 
 
 def test_ema_keeps_gaps():
@@ -322,6 +349,8 @@ def test_trailing_redraw_delivers_rows_that_arrive_during_the_quiet_interval():
 
 
 def test_static_figure_shares_the_trace_code(tmp_path):
+    from hpclab.pop import PARTS
+
     a = load_run(write_run(tmp_path, workers=2, name="a"))
     b = load_run(write_run(tmp_path, workers=4, name="b"))
     one = figure([a], x="samples", ideal_single_rank=9000.0)
@@ -330,8 +359,15 @@ def test_static_figure_shares_the_trace_code(tmp_path):
     ]
     np.testing.assert_allclose(one.data[3].y, [18_000.0, 18_000.0])  # rank0, rank1, global, ideal
     both = figure([a, b])
-    assert {t.name for t in both.data} == {"a ×2", "b ×4"}
-    assert sum(bool(t.showlegend) for t in both.data) == 2
+    lines = [t for t in both.data if t.type == "scatter"]
+    assert {t.name for t in lines} == {"a ×2", "b ×4"}
+    assert sum(bool(t.showlegend) for t in lines) == 2
+    bars = [t for t in both.data if t.type == "bar"]  # the split panel: one stack per run
+    assert {t.name for t in bars} == set(PARTS) and {tuple(t.y) for t in bars} == {
+        ("a ×2",),
+        ("b ×4",),
+    }
+    assert sum(bool(t.showlegend) for t in bars) == len(PARTS)  # each part named once
     assert len(figure([]).data) == 0
 
 

@@ -64,8 +64,10 @@ def test_window_row_from_reduced_sums_and_gathered_detail_then_resets():
     r0, r1 = 2 * k * B / (0.06 + 0.02), 2 * k * B / (0.12 + 0.04)  # own samples / own time
     assert row["rank_samples_per_sec"] == pytest.approx([r0, r1])
     assert row["samples_per_sec"] == pytest.approx(r0 + r1)
-    assert row["input_ms"] == pytest.approx(1000 * (0.02 + 0.04) / (2 * 2 * k))
-    assert row["compute_ms"] == pytest.approx(1000 * (0.06 + 0.12) / (2 * 2 * k))
+    assert row["host_ms"] == pytest.approx(1000 * (0.02 + 0.04) / (2 * 2 * k))
+    assert row["rank_host_ms"] == pytest.approx([1000 * 0.02 / (2 * k), 1000 * 0.04 / (2 * k)])
+    # nothing timed inside the calls here: all of call_s is the untimed rest of the call
+    assert row["sync_ms"] == pytest.approx(1000 * (0.06 + 0.12) / (2 * 2 * k))
     assert row["grad_norm_small_sq"] == pytest.approx((20 + 16) / 4)  # mean over samples
     assert row["grad_norm_big_sq"] == pytest.approx((8 + 6) / 4)
     assert math.isnan(row["noise_scale"])
@@ -105,12 +107,17 @@ def test_window_row_carries_the_running_noise_scale():
 
 
 def test_rank_clock_accumulates_until_taken():
-    clock = RankClock(B)
-    clock.add(steps=4, call_s=0.1, host_s=0.01)
-    clock.add(steps=8, call_s=0.2, host_s=0.02)
-    got = clock.take()
-    assert got.tolist() == pytest.approx([12 * B, 0.3, 0.03, 12])
-    assert clock.take().tolist() == [0, 0, 0, 0]
+    ticks = iter([10.0, 12.5, 13.0])  # a fake perf_counter: created, first take, second take
+    clock = RankClock(B, now=lambda: next(ticks))
+    clock.add(steps=4, call_s=0.1, host_s=0.01, timed=[0.01, 0.05, 0.02, 0.01])
+    clock.add(steps=8, call_s=0.2, host_s=0.02, timed=[0.02, 0.10, 0.04, 0.02])
+    clock.add_eval(0.4)
+    got = dict(zip(DETAIL, clock.take()))
+    expected = dict(samples=12 * B, call_s=0.3, host_s=0.03, steps=12, input_s=0.03,
+                    compute_s=0.15, allreduce_s=0.06, apply_s=0.03, eval_s=0.4, wall_s=2.5)  # fmt: skip
+    assert got == pytest.approx(expected)
+    again = dict(zip(DETAIL, clock.take()))
+    assert again == pytest.approx({**dict.fromkeys(DETAIL, 0.0), "wall_s": 0.5})
 
 
 def test_epoch_rows_use_epoch_sums_and_their_own_clock():
@@ -241,3 +248,38 @@ def test_throughput_is_taken_over_at_least_a_second_of_training():
     row = meter.row(step=242, time_s=4.4, lr=0.1, detail=slow, noise=None)
     assert row["rate_window_s"] == pytest.approx(1.8)  # alone it covers 1 s already
     assert row["rank_samples_per_sec"] == pytest.approx([80 * B / 0.8, 80 * B / 1.8])
+
+
+def test_the_time_split_and_pop_efficiencies_of_a_window_with_a_straggler():
+    """Rank 1 computes 30 ms a step, rank 0 20 ms and waits 10 ms more in the allreduce: the
+    columns give every part per rank, and POP's numbers follow from them (hpclab.pop)."""
+    steps = 100
+    per_step = {  # seconds per step on (rank 0, rank 1)
+        "input_s": (0.001, 0.001),
+        "compute_s": (0.020, 0.030),
+        "allreduce_s": (0.012, 0.002),
+        "apply_s": (0.002, 0.002),
+    }
+    call = [sum(v[r] for v in per_step.values()) + 0.001 for r in range(2)]  # +1 ms untimed
+    host = (0.0005, 0.0005)
+    d = detail(
+        samples=[steps * B] * 2,
+        steps=[steps] * 2,
+        call_s=[c * steps for c in call],
+        host_s=[h * steps for h in host],
+        wall_s=[(c + h) * steps + 0.2 for c, h in zip(call, host)],
+        eval_s=[0.2, 0.2],
+        **{name: [v * steps for v in pair] for name, pair in per_step.items()},
+    )
+    row = WindowMeter(B, WORLD, SPE).row(step=steps, time_s=5.0, lr=0.1, detail=d, noise=None)
+    assert row["rank_compute_ms"] == pytest.approx([20.0, 30.0])
+    assert row["rank_allreduce_ms"] == pytest.approx([12.0, 2.0])
+    assert row["rank_sync_ms"] == pytest.approx([1.0, 1.0])
+    assert row["compute_ms"] == pytest.approx(25.0)
+    assert row["step_ms"] == pytest.approx(1000 * (call[0] + host[0]))  # evaluation taken out
+    assert row["eval_ms"] == pytest.approx(200.0)
+    useful = [1 + 20 + 2 + 0.5, 1 + 30 + 2 + 0.5]  # ms: input, compute, apply, host
+    T = 1000 * max(c + h for c, h in zip(call, host))
+    assert row["load_balance"] == pytest.approx(np.mean(useful) / max(useful))
+    assert row["comm_efficiency"] == pytest.approx(max(useful) / T)
+    assert row["parallel_efficiency"] == pytest.approx(np.mean(useful) / T)

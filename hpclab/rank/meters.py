@@ -14,11 +14,13 @@ two kinds of telemetry:
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Callable
 
 import numpy as np
 
+from hpclab import pop
 from hpclab.catalog import RATE_WINDOW_S
 from hpclab.metrics import NoiseScale, throughput_stats
 
@@ -46,8 +48,16 @@ DETAIL = (
     "call_s",  # seconds inside compiled calls (compute, allreduce and the wait for peers)
     "host_s",  # seconds between calls (Python, telemetry, stop polling)
     "steps",  # optimizer steps
+    # inside the calls, timed in the graph (hpclab.rank.step.TIMES; hpclab.pop.PARTS)
+    "input_s",
+    "compute_s",
+    "allreduce_s",  # including the wait for the slowest rank
+    "apply_s",
+    "eval_s",  # held-out evaluation (outside training time)
+    "wall_s",  # this rank's wall clock over the window (everything, evaluation included)
 )
 D = {name: i for i, name in enumerate(DETAIL)}
+TIMED = ("input_s", "compute_s", "allreduce_s", "apply_s")  # the call's parts, in TIMES order
 
 
 class RateWindow:
@@ -98,6 +108,7 @@ class WindowMeter:
         self.reset()
         self.total = np.zeros(len(REDUCED))  # over the whole run, never reset
         self.rate = RateWindow(rate_window_s)
+        self.detail_total: np.ndarray | None = None  # every window's detail but the first
 
     def reset(self) -> None:
         self.sums = np.zeros(len(REDUCED))
@@ -108,6 +119,10 @@ class WindowMeter:
         self.sums += reduced
         self.total += reduced
         self.steps += steps
+
+    def run_split(self) -> dict:
+        """:func:`time_columns` over the whole run but its first window (rank 0; {} elsewhere)."""
+        return {} if self.detail_total is None else time_columns(self.detail_total)
 
     def run_ratio(self, num: str, den: str) -> float | None:
         """Sum of REDUCED entry ``num`` over the run divided by ``den``'s; None if ``den`` is 0."""
@@ -128,10 +143,13 @@ class WindowMeter:
         columns are over this window and the ones just before it (:class:`RateWindow`).
         """
         w = self.sums
+        if self.detail_total is None:
+            self.detail_total = np.zeros_like(detail)  # (the first window: graph optimisation)
+        else:
+            self.detail_total += detail
         rated = self.rate.add(detail)
         busy = rated[:, D["call_s"]] + rated[:, D["host_s"]]
         rank_sps = [float(s / t) if t > 0 else None for s, t in zip(rated[:, D["samples"]], busy)]
-        rank_steps = max(float(detail[:, D["steps"]].sum()), 1.0)
         sampled = w[R["noise_samples"]]
         row = {
             "step": step,
@@ -144,8 +162,8 @@ class WindowMeter:
             "samples_per_sec": float(sum(s for s in rank_sps if s)) if any(rank_sps) else None,
             "rank_samples_per_sec": rank_sps,
             "rate_window_s": float(busy.max()) if busy.size else 0.0,
-            "input_ms": float(1000 * detail[:, D["host_s"]].sum() / rank_steps),
-            "compute_ms": float(1000 * detail[:, D["call_s"]].sum() / rank_steps),
+            **time_columns(rated),
+            "eval_ms": float(1000 * detail[:, D["eval_s"]].max(initial=0.0)),
             # NaN where no step was sampled (one rank, or noise_scale off): not a zero norm
             "grad_norm_small_sq": float(w[R["small_sq"]] / sampled) if sampled else float("nan"),
             "grad_norm_big_sq": float(w[R["big_sq"]] / sampled) if sampled else float("nan"),
@@ -159,6 +177,27 @@ class WindowMeter:
         return row
 
 
+def time_columns(detail: np.ndarray) -> dict:
+    """Where a window's steps spent their time, from its summed ``[world, DETAIL]`` matrix.
+
+    For every part of :data:`hpclab.pop.PARTS`: ``<part>_ms`` (per step, mean over ranks) and
+    ``rank_<part>_ms`` (per step, one entry per rank); ``step_ms``, the busiest rank's wall clock
+    per step with evaluation taken out (an independent clock the parts must add up to); and
+    POP's ``load_balance``, ``comm_efficiency`` and ``parallel_efficiency``."""
+    steps = np.maximum(detail[:, D["steps"]], 1.0)
+    raw = {name[:-2]: detail[:, D[name]] for name in TIMED}
+    parts = pop.split({**raw, "call": detail[:, D["call_s"]], "host": detail[:, D["host_s"]]})
+    cols: dict = {}
+    for name, seconds in parts.items():
+        per_step = 1000 * seconds / steps
+        cols[f"{name}_ms"] = float(per_step.mean()) if per_step.size else float("nan")
+        cols[f"rank_{name}_ms"] = [float(v) for v in per_step]
+    wall = (detail[:, D["wall_s"]] - detail[:, D["eval_s"]]) / steps
+    cols["step_ms"] = float(1000 * wall.max(initial=0.0))
+    cols.update(pop.efficiencies(parts))
+    return cols
+
+
 def decisions(stop: bool = False, publish: bool = False, next_steps: int = 0) -> np.ndarray:
     """Rank 0's :data:`DECISIONS` as the vector a call sums (other ranks pass all zeros)."""
     decided = {"stop": float(stop), "publish": float(publish), "next_steps": float(next_steps)}
@@ -168,15 +207,27 @@ def decisions(stop: bool = False, publish: bool = False, next_steps: int = 0) ->
 class RankClock:
     """This rank's own timings since the last publish: the vector it contributes to DETAIL."""
 
-    def __init__(self, batch_per_worker: int):
-        self.B = batch_per_worker
+    def __init__(self, batch_per_worker: int, now: Callable[[], float] = time.perf_counter):
+        self.B, self.now = batch_per_worker, now
         self.values = np.zeros(len(DETAIL))
+        self.since = now()
 
-    def add(self, steps: int, call_s: float, host_s: float) -> None:
-        self.values += (steps * self.B, call_s, host_s, steps)
+    def add(self, steps: int, call_s: float, host_s: float, timed=None) -> None:
+        """One call: ``steps`` steps, its seconds, the host's before it, and its ``timed`` parts
+        (seconds of each of :data:`TIMED`, summed over the call's steps inside the graph)."""
+        self.values[[D["samples"], D["call_s"], D["host_s"], D["steps"]]] += (
+            steps * self.B, call_s, host_s, steps
+        )  # fmt: skip
+        if timed is not None:
+            self.values[[D[name] for name in TIMED]] += np.asarray(timed, dtype=float)
+
+    def add_eval(self, seconds: float) -> None:
+        self.values[D["eval_s"]] += seconds
 
     def take(self) -> np.ndarray:
         out, self.values = self.values, np.zeros(len(DETAIL))
+        now = self.now()
+        out[D["wall_s"]], self.since = now - self.since, now
         return out
 
 

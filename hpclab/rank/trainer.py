@@ -38,6 +38,7 @@ from hpclab.rank.meters import (
     WindowMeter,
     decisions,
 )
+from hpclab.rank.step import TIMES, Step
 from hpclab.rank.validation import Validation
 
 CALL_TARGET_S = 0.15  # auto-sized calls last about this long
@@ -74,26 +75,27 @@ class Trainer:
         self.model = models.build_model(cfg.model, self.input_shape, self.num_classes, cfg.seed)
         if cfg.dataset != "synthetic":
             self.val = Validation(
-                self.model, *self.val_arrays, subset=cfg.eval_samples, batch=cfg.batch_per_worker
+                self.model,
+                *self.val_arrays,
+                subset=cfg.eval_samples,
+                batch=cfg.batch_per_worker,
+                mode=cfg.validation,
             )
         self.eval_every = cfg.eval_interval(self.world) if self.val is not None else 0
         schedule = self.schedule = optimizers.TableSchedule.for_run(self.cfg_dict, self.world)
         self.lr_table = schedule.table  # the same numbers as RunConfig.lr_at(step, world)
         self.optimizer = optimizers.build_optimizer(self.cfg_dict, schedule)
-        self.loss_scaled = cfg.precision == "mixed_float16" and cfg.loss_scaling
+        self.step = Step(
+            cfg, model=self.model, optimizer=self.optimizer, world=self.world, rank=self.rank
+        )
         self.grad_elems = float(sum(v.shape.num_elements() for v in self.model.trainable_variables))
-        self.inner_opt = self.optimizer.inner_optimizer if self.loss_scaled else self.optimizer
-        self.inner_opt.build(self.model.trainable_variables)
+        inner = self.optimizer.inner_optimizer if self.step.loss_scaled else self.optimizer
+        inner.build(self.model.trainable_variables)
         if self.world > 1:
             # Horovod: start every rank from rank 0's weights and optimizer state.
             hvd.broadcast_variables(self.model.variables, root_rank=0)
-            hvd.broadcast_variables(self.inner_opt.variables, root_rank=0)
-        self.compression = hvd.Compression.fp16 if cfg.fp16_allreduce else hvd.Compression.none
-        self.loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-        # The noise scale needs two batch sizes: with one rank there is only one, so skip the norms.
-        self.track_noise = cfg.noise_scale and self.world > 1
-        grads = tf.function(self._loss_and_grads, jit_compile=True) if cfg.xla else None
-        self.loss_and_grads = grads or self._loss_and_grads
+            hvd.broadcast_variables(inner.variables, root_rank=0)
+        self.track_noise = self.step.track_noise
         # Fixed signatures: one trace per run, whatever the call's step count or epoch.
         scalar = tf.TensorSpec([], tf.int32)
         self.train_call = tf.function(
@@ -148,69 +150,23 @@ class Trainer:
             flag = self.hvd.allreduce(flag, op=self.hvd.Sum, name="hpclab_barrier")
         return float(flag) > 0
 
-    # -- compiled pieces ------------------------------------------------------------------
-    def _loss_and_grads(self, x, y):
-        """Forward and backward (XLA-compiled with ``xla=True``); loss-scaled under float16."""
-        tf = self.tf
-        with tf.GradientTape() as tape:
-            logits = tf.cast(self.model(x, training=True), tf.float32)
-            loss = self.loss_fn(y, logits)
-            target = self.optimizer.get_scaled_loss(loss) if self.loss_scaled else loss
-        grads = tape.gradient(target, self.model.trainable_variables)
-        pred = tf.argmax(logits, axis=-1, output_type=y.dtype)
-        return loss, tf.reduce_sum(tf.cast(tf.equal(pred, y), tf.float32)), grads
-
-    def _allreduce(self, grads):
-        """Horovod: average gradients over ranks: one grouped (fused) op, or one per tensor so each
-        can start while backprop still runs. Loss-scaled gradients cross scaled (float16
-        compression keeps their range) and are unscaled afterwards."""
-        hvd = self.hvd
-        if self.cfg.grad_allreduce == "per_tensor":
-            return [hvd.allreduce(g, op=hvd.Average, compression=self.compression) for g in grads]
-        return hvd.grouped_allreduce(grads, op=hvd.Average, compression=self.compression)
-
-    def _sq_norm(self, grads):
-        tf = self.tf
-        if self.loss_scaled:
-            grads = self.optimizer.get_unscaled_gradients(grads)
-        return tf.square(tf.linalg.global_norm(grads))
-
-    def _step(self, x, y, sample):
-        """One optimizer step; |G_small|², |G_big|², gradient zeros only when ``sample``."""
-        tf = self.tf
-        loss, correct, grads = self.loss_and_grads(x, y)
-        small = big = zero = tf.constant(0.0)
-        zeros = tf.cond(  # elements exactly 0 in this rank's own gradient (scaled or not)
-            sample,
-            lambda: tf.add_n([tf.reduce_sum(tf.cast(tf.equal(g, 0), tf.float32)) for g in grads]),
-            lambda: zero,
-        )
-        if self.track_noise:
-            small = tf.cond(sample, lambda: self._sq_norm(grads), lambda: zero)  # before allreduce
-        if self.world > 1:
-            grads = self._allreduce(grads)
-        if self.track_noise:
-            big = tf.cond(sample, lambda: self._sq_norm(grads), lambda: zero)  # after it
-        if self.loss_scaled:
-            # Unscaled after the allreduce, not before: float16 compression keeps the range of
-            # scaled values. The LossScaleOptimizer then skips a non-finite step and lowers its
-            # scale (dynamic loss scaling, Micikevicius et al. 2018, arXiv:1710.03740).
-            grads = self.optimizer.get_unscaled_gradients(grads)
-        self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
-        return loss, correct, small, big, zeros
-
+    # -- the compiled call ---------------------------------------------------------------
     def _train_call(self, epoch, start, steps, decisions):
         """``steps`` optimizer steps from step ``start`` of ``epoch``; the reduced telemetry."""
         tf = self.tf
         order = self.feed.order(epoch)
         last = steps - 1
 
-        def body(i, sums):
-            x, y = self.feed.batch_at(order, start + i)
-            return i + 1, sums + tf.stack(self._step(x, y, tf.equal(i, last)))
+        def body(i, sums, times):
+            batch = lambda: self.feed.batch_at(order, start + i)  # noqa: E731 (timed as input)
+            out, took = self.step(batch, tf.equal(i, last))
+            return i + 1, sums + out, times + took
 
-        _, sums = tf.while_loop(
-            lambda i, _: i < steps, body, (tf.constant(0), tf.zeros(5)), parallel_iterations=1
+        _, sums, times = tf.while_loop(
+            lambda i, *_: i < steps,
+            body,
+            (tf.constant(0), tf.zeros(5), tf.zeros(len(TIMES))),
+            parallel_iterations=1,
         )
         decided = tf.cast(decisions, tf.float32)
         entries = {  # this rank's share of meters.REDUCED, by name
@@ -226,10 +182,10 @@ class Trainer:
             **{name: decided[i] for i, name in enumerate(DECISIONS)},
         }
         mine = tf.stack([entries[name] for name in REDUCED])
-        if self.world == 1:
-            return mine
-        # Horovod: one small allreduce a call: every rank learns the sums and rank 0's decisions.
-        return self.hvd.allreduce(mine, op=self.hvd.Sum, name="hpclab_telemetry")
+        if self.world > 1:
+            # Horovod: one small allreduce a call: every rank learns the sums and rank 0's decisions.
+            mine = self.hvd.allreduce(mine, op=self.hvd.Sum, name="hpclab_telemetry")
+        return mine, times  # the times stay this rank's own (gathered on publish calls)
 
     def _gather_detail(self, mine):
         """Horovod: every rank's own timings, on publish calls only (O(world) twice a second)."""
@@ -280,12 +236,13 @@ class Trainer:
             epoch, in_epoch = divmod(step, spe)
             k = int(min(k_plan, spe - in_epoch, self.total_steps - step, self._to_eval(step)))
             t0 = time.perf_counter()
-            reduced = self.train_call(
+            reduced, took = self.train_call(
                 tf.constant(epoch), tf.constant(in_epoch), tf.constant(k), tf.constant(decisions)
-            ).numpy()  # syncs
+            )
+            reduced, took = reduced.numpy(), took.numpy()  # syncs
             t1 = time.perf_counter()
             timing.setdefault("first_call_s", t1 - t0)  # graph optimisation happens here
-            clock.add(k, t1 - t0, t0 - t_prev)
+            clock.add(k, t1 - t0, t0 - t_prev, took)
             rates.add_call(k * B * world, t1 - t_prev)
             t_prev = t1
             step += k
@@ -306,7 +263,9 @@ class Trainer:
             point = None  # a held-out evaluation ends a history row, outside training time
             due = self.eval_every and (step % self.eval_every == 0 or step >= self.total_steps)
             if status == "finished" and due:
+                t_eval = time.perf_counter()
                 point, t_prev = self.val.subset(), None
+                clock.add_eval(time.perf_counter() - t_eval)
             if reduced[R["publish"]] > 0 or epoch_end or point or status != "finished":
                 detail = self._gather_detail(clock.take())  # every rank, same calls
                 if self.rank == 0:
@@ -321,8 +280,10 @@ class Trainer:
             if status != "finished":
                 break
             if epoch_end:
+                t_eval = time.perf_counter()
                 val = self.val.full_set() if self.val is not None else (float("nan"),) * 2
                 t = time.perf_counter()
+                clock.add_eval(t - t_eval)  # (lands in the next row's window)
                 epochs.close(step, t, t - t_start, self._lr(step), val)
             if epoch_end or t_prev is None:
                 t_prev = time.perf_counter()  # validation is not training time
@@ -341,6 +302,8 @@ class Trainer:
         feed.publish(status, step, time.perf_counter())  # final rows; every rank left the loop
         summary = self._summary(status, error, step, epochs, rates, noise, feed, window, wall0)
         summary["train_time_s"] = train_time
+        # the rate a user waits on: validation and host time included (Amdahl's serial part)
+        summary["overall_samples_per_sec"] = step * B * world / train_time if train_time else None
         return {**summary, **timing}
 
     def _to_eval(self, step: int) -> int:
@@ -380,6 +343,7 @@ class Trainer:
             "wall_time_s": time.time() - wall0,
         }
         if self.rank == 0:
+            summary["time_split"] = window.run_split()
             summary["rows"] = feed.rows
             summary["epochs"] = epochs.rows
         return summary

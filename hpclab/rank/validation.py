@@ -11,6 +11,11 @@
 
 Each is one compiled ``while_loop`` (:func:`hpclab.rank.feed.evaluate`) over this rank's shard;
 with several ranks one allreduce sums loss, correct and count, so every rank gets the same figure.
+
+``RunConfig.validation`` says who evaluates: ``"sharded"`` (every rank its 1/N of the set, the
+default) or ``"rank0"`` (rank 0 the whole set, the others an empty shard: they wait for it in the
+allreduce). The second is the sequential test phase that bounds strong scaling by Amdahl's law
+(notebook 06): its time does not shrink with N.
 """
 
 from __future__ import annotations
@@ -21,7 +26,16 @@ import numpy as np
 class Validation:
     """This rank's validation shards and the compiled call that evaluates either of them."""
 
-    def __init__(self, model, x_val: np.ndarray, y_val: np.ndarray, *, subset: int, batch: int):
+    def __init__(
+        self,
+        model,
+        x_val: np.ndarray,
+        y_val: np.ndarray,
+        *,
+        subset: int,
+        batch: int,
+        mode: str = "sharded",
+    ):
         import horovod.tensorflow as hvd
         import tensorflow as tf
 
@@ -30,13 +44,17 @@ class Validation:
         self.tf, self.hvd, self.model = tf, hvd, model
         self.rank, self.world = hvd.rank(), hvd.size()
         self.batch = max(int(batch), 256)
-        xv, yv = data.shard(x_val, y_val, self.rank, self.world)
-        self.full = (tf.constant(xv), tf.constant(yv))
+
+        def mine(x, y):
+            if mode == "rank0":
+                return (x, y) if self.rank == 0 else (x[:0], y[:0])
+            return data.shard(x, y, self.rank, self.world)
+
+        self.full = tuple(map(tf.constant, mine(x_val, y_val)))
         n = min(int(subset), len(x_val))
         self.sub = None
-        if n >= self.world:  # every rank needs at least one sample of the subset
-            xs, ys = data.shard(x_val[:n], y_val[:n], self.rank, self.world)
-            self.sub = (tf.constant(xs), tf.constant(ys))
+        if n >= (self.world if mode == "sharded" else 1):  # every shard needs a sample
+            self.sub = tuple(map(tf.constant, mine(x_val[:n], y_val[:n])))
         x_spec = tf.TensorSpec([None, *x_val.shape[1:]], tf.float32)
         self.call = tf.function(
             self._call, input_signature=[x_spec, tf.TensorSpec([None], tf.int32)]

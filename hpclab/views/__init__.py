@@ -4,7 +4,8 @@ Static charts (plotly only, no widgets, no threads), each layer importing only t
 
 * :mod:`~hpclab.views.facts` — a Run, RunRecord or run folder → :class:`RunFacts`; column helpers.
 * :mod:`~hpclab.views.outcomes` — what one run achieved: accuracy, throughput, steps to target.
-* :mod:`~hpclab.views.skeleton` — the dashboard's five-panel grid and the colours.
+* :mod:`~hpclab.views.skeleton` — the dashboard's six-panel grid, the colours, TraceSpec.
+* :mod:`~hpclab.views.split` — the time-split panel: stacks per rank and POP's efficiencies.
 * :mod:`~hpclab.views.traces` — one run → trace specs; the static dashboard figure.
 * :mod:`~hpclab.views.comparison` — ``compare(runs)``: table and overlaid curves.
 * :mod:`~hpclab.views.batch_charts` — accuracy and steps/time to target vs global batch.

@@ -1,6 +1,6 @@
 """The live dashboard widget: one run redrawn as it trains, earlier runs faded underneath.
 
-:class:`Dashboard` owns a plotly ``FigureWidget`` (the five panels of
+:class:`Dashboard` owns a plotly ``FigureWidget`` (the six panels of
 :mod:`hpclab.views.skeleton`), three controls (x axis, smoothing, log-y loss) and a status line.
 It draws only: it never talks to ipyparallel or the engines. It reads DataFrames (``history``,
 ``epochs``) from a run-like object — a :class:`hpclab.run.Run` while it trains, or a
@@ -207,7 +207,7 @@ class Dashboard:
             self.fig,
             notes(self._facts, self._ideal())
             if self._facts is not None
-            else {"ideal_note": "", "noise_note": ""},
+            else {"ideal_note": "", "noise_note": "", "pop_note": ""},
         )
         self._status.value = self._status_html()
 

@@ -1,4 +1,4 @@
-"""The dashboard's five-panel figure before any run is drawn: grid, axis titles, notes, colours.
+"""The dashboard's six-panel figure before any run is drawn: grid, axis titles, notes, colours.
 
 Both the live widget (:class:`hpclab.views.live.Dashboard`, a ``go.FigureWidget``) and the static
 report figure (:func:`hpclab.views.traces.figure`, a ``go.Figure``) start from :func:`skeleton`, so
@@ -9,6 +9,9 @@ plotly only: the widget class is passed in by the caller, never imported here.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
+import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
@@ -16,14 +19,16 @@ from hpclab.catalog import RATE_WINDOW_S
 from hpclab.views.facts import X_AXES, text
 
 # panel → (x axis, y axis) of the subplot grid built by skeleton() (row-major cell order)
-PANELS = ("throughput", "loss", "accuracy", "lr", "noise")
+PANELS = ("throughput", "loss", "accuracy", "lr", "noise", "split")
 AXES = {
     "throughput": ("x", "y"),
     "loss": ("x2", "y2"),
     "accuracy": ("x3", "y3"),
     "lr": ("x4", "y4"),
     "noise": ("x5", "y5"),
+    "split": ("x6", "y6"),
 }
+TIMELINE = PANELS[:5]  # the panels drawn against the x axis switch (split is per rank)
 #: one legend per panel, drawn inside its top-right corner (plotly's legend, legend2, …)
 LEGENDS = {
     "throughput": "legend",
@@ -31,6 +36,7 @@ LEGENDS = {
     "accuracy": "legend3",
     "lr": "legend4",
     "noise": "legend5",
+    "split": "legend6",
 }
 #: each panel's title: what it shows and its unit; :func:`titles` adds the x axis ("… vs step")
 TITLES = (
@@ -39,8 +45,10 @@ TITLES = (
     "accuracy (fraction correct)",
     "learning rate",
     "gradient noise scale B_noise and the global batch (samples)",
+    f"where a step's time goes, per rank (ms per step over ≥ {RATE_WINDOW_S:g} s)",
 )
-Y_TITLES = ("samples/s", "loss", "accuracy", "learning rate", "samples")
+Y_TITLES = ("samples/s", "loss", "accuracy", "learning rate", "samples", "")
+SPLIT_X_TITLE = "ms per step"
 
 # colours: the current run's metrics, its ranks, and one colour per other run
 COLORS = {
@@ -77,12 +85,32 @@ RUN_COLORS = (
 )
 
 
+@dataclass
+class TraceSpec:
+    """One trace on one panel: a stable key, the data, plotly properties (name, style...), and
+    its kind: a line (``go.Scatter``) or a bar (``go.Bar``, the split panel's stacks)."""
+
+    key: str
+    panel: str
+    x: np.ndarray
+    y: np.ndarray
+    props: dict = field(default_factory=dict)
+    kind: str = "scatter"
+
+    def trace(self) -> go.Scatter | go.Bar:
+        xaxis, yaxis = AXES[self.panel]
+        cls = go.Bar if self.kind == "bar" else go.Scatter
+        return cls(
+            x=self.x, y=self.y, xaxis=xaxis, yaxis=yaxis, legend=LEGENDS[self.panel], **self.props
+        )
+
+
 def skeleton(cls: type, title: str, x: str) -> go.Figure:
-    """An empty five-panel figure of class `cls` (go.Figure or go.FigureWidget), x axis `x`."""
+    """An empty six-panel figure of class `cls` (go.Figure or go.FigureWidget), x axis `x`."""
     base = make_subplots(
         rows=3,
         cols=2,
-        specs=[[{}, {}], [{}, {}], [{"colspan": 2}, None]],
+        specs=[[{}, {}], [{}, {}], [{}, {}]],
         subplot_titles=titles(x),
         vertical_spacing=0.1,
         horizontal_spacing=0.09,
@@ -96,6 +124,7 @@ def skeleton(cls: type, title: str, x: str) -> go.Figure:
         autosize=True,  # as wide as the notebook cell or the page, and follows it
         template="plotly_white",
         margin=dict(l=60, r=20, t=80 if title else 50, b=50),
+        barmode="stack",  # the split panel: one stack of parts per rank
     )
     for panel, legend in LEGENDS.items():  # each chart names its own lines, inside a corner
         xa, ya = AXES[panel]
@@ -114,13 +143,16 @@ def skeleton(cls: type, title: str, x: str) -> go.Figure:
         )
     for i, panel in enumerate(PANELS):
         xa, ya = AXES[panel]
-        fig.layout[xa.replace("x", "xaxis")].title = X_AXES[x]
+        fig.layout[xa.replace("x", "xaxis")].title = X_AXES[x] if panel in TIMELINE else ""
         fig.layout[ya.replace("y", "yaxis")].title = Y_TITLES[i]
+    fig.layout.xaxis6.title = SPLIT_X_TITLE
+    fig.layout.yaxis6.autorange = "reversed"  # rank 0 on top
     fig.layout.yaxis3.range = [0, 1.02]
     fig.layout.yaxis.rangemode = "tozero"  # throughput: scale differences read honestly
     for name, (xa, ya), where in (
         ("ideal_note", AXES["throughput"], (0.01, 0.99)),
         ("noise_note", AXES["noise"], (0.01, 0.99)),
+        ("pop_note", AXES["split"], (0.01, 1.0)),
     ):
         fig.add_annotation(
             name=name,
@@ -147,12 +179,15 @@ def set_notes(fig: go.Figure, texts: dict[str, str]) -> None:
 
 def titles(x: str) -> tuple[str, ...]:
     """The panels' titles for x axis `x`: each says its unit and what it is drawn against."""
-    return tuple(f"{title} vs {X_AXES[x]}" for title in TITLES)
+    return tuple(
+        f"{title} vs {X_AXES[x]}" if panel in TIMELINE else title
+        for panel, title in zip(PANELS, TITLES)
+    )
 
 
 def set_x_titles(fig: go.Figure, x: str) -> None:
     """Name x axis `x` on every panel, in the axis titles and the panel titles."""
-    for panel in PANELS:
+    for panel in TIMELINE:
         fig.layout[AXES[panel][0].replace("x", "xaxis")].title.text = X_AXES[x]
     by_name = dict(zip(PANELS, titles(x)))
     for ann in fig.layout.annotations:

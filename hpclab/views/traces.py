@@ -1,7 +1,7 @@
 """One run → the traces that draw it; the dashboard's static figure for reports.
 
 :func:`trace_specs` turns one run's DataFrames into :class:`TraceSpec` s (a stable key, the data,
-plotly properties) for five panels:
+plotly properties) for six panels:
 
 1. throughput — one line per rank, the global figure, and the ideal line N × (1-rank throughput)
    when a single-rank reference is known (:func:`single_rank_reference`);
@@ -10,7 +10,8 @@ plotly properties) for five panels:
 4. learning rate — shows warm-up and the schedule as the run actually used them;
 5. gradient noise scale B_noise (McCandlish et al. 2018, "An Empirical Model of Large-Batch
    Training", arXiv:1812.06162) against the current global batch: batch ≪ B_noise → a bigger
-   batch is almost free in steps; batch ≫ B_noise → diminishing returns (:func:`notes`).
+   batch is almost free in steps; batch ≫ B_noise → diminishing returns (:func:`notes`);
+6. where a step's time goes, per rank, with POP's efficiencies (:mod:`hpclab.views.split`).
 
 Both the live widget (:class:`hpclab.views.live.Dashboard`) and the static :func:`figure` are
 built from these specs, so they always show the same thing. plotly only: no widgets, no threads.
@@ -21,13 +22,13 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import plotly.graph_objects as go
 
 from hpclab.metrics import throughput_stats
+from hpclab.views import split
 from hpclab.views.facts import (
     check_x,
     column,
@@ -41,34 +42,16 @@ from hpclab.views.facts import (
     text,
 )
 from hpclab.views.skeleton import (
-    AXES,
     COLORS,
-    LEGENDS,
     RANK_COLORS,
     RANK_DASHES,
     RUN_COLORS,
+    TraceSpec,
     set_notes,
     skeleton,
 )
 
 IDEAL_NOTE = "run with 1 worker to get the ideal line"
-
-
-@dataclass
-class TraceSpec:
-    """One line on one panel: a stable key, the data, and plotly properties (name, style...)."""
-
-    key: str
-    panel: str
-    x: np.ndarray
-    y: np.ndarray
-    props: dict = field(default_factory=dict)
-
-    def trace(self) -> go.Scatter:
-        xaxis, yaxis = AXES[self.panel]
-        return go.Scatter(
-            x=self.x, y=self.y, xaxis=xaxis, yaxis=yaxis, legend=LEGENDS[self.panel], **self.props
-        )
 
 
 MAX_RANK_LINES = 16  # above this, per-rank throughput is a min / median / max band
@@ -253,7 +236,7 @@ def trace_specs(
             mode="lines",
             line=dict(width=1.5, dash="dash", color=COLORS["batch"]),
         )
-        return specs
+        return specs + split.rank_specs(f)
 
     overlay = role == "overlay"
     col = color or RUN_COLORS[0]
@@ -284,13 +267,15 @@ def trace_specs(
             **({"marker": marker} if markers else {}),
             **style,
         )
+    if role == "run":  # (a live overlay keeps the split panel to the current run)
+        specs += split.run_specs(f, key_prefix, first=key_prefix in ("", "run0/"))
     return specs
 
 
 def notes(run_like: Any, ideal_single_rank: float | None = None) -> dict[str, str]:
     """The short sentences shown inside panels (ideal-line hint, noise-scale lesson)."""
     f = run_facts(run_like)
-    out = {"ideal_note": "", "noise_note": ""}
+    out = {"ideal_note": "", "noise_note": "", "pop_note": split.pop_note(f)}
     if not ideal_single_rank and f.workers > 1:
         out["ideal_note"] = IDEAL_NOTE
     b_noise = last_finite(column(f.history, "noise_scale"))

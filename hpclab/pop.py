@@ -1,0 +1,74 @@
+"""Where a step's time goes, and the POP efficiencies that say why a run does not scale.
+
+Each rank times the parts of its optimizer steps inside the compiled call
+(:mod:`hpclab.rank.step`) and the host time between calls; this module turns one window of those
+per-rank seconds into the split the dashboard stacks and into the multiplicative efficiency model
+of the POP Centre of Excellence (Performance Optimisation and Productivity; "POP standard metrics
+for parallel performance analysis", https://pop-coe.eu; Wagner, Mohr, Giménez and Labarta, "A
+structured approach to performance analysis", Tools for High Performance Computing 2017)::
+
+    load balance            LB  = mean_r(useful_r) / max_r(useful_r)
+    communication efficiency CommE = max_r(useful_r) / T
+    parallel efficiency      PE  = LB x CommE = mean_r(useful_r) / T
+
+``useful_r`` is rank r's time outside communication (input, forward/backward, the optimizer's
+update and the host's Python between calls) and ``T`` the window's wall time (the busiest rank's
+total). The allreduce *includes the wait for the slowest rank*: a straggler shows as the others'
+communication time, hence as a lower LB. This is the model of the CLAIX case study (RWTH Aachen)
+that hpclab issue 14 quotes: 64 V100s at PE 0.34 = LB 0.99 x CommE 0.33. NumPy only:
+unit-tested without TensorFlow.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+#: The parts of a window's time, in the order the dashboard stacks them; ``useful`` marks the
+#: ones POP counts as computation (everything but communication).
+PARTS = {
+    "input": ("batch cut from the resident shard", True),
+    "compute": ("forward and backward (and a straggler's extra time)", True),
+    "allreduce": ("gradient allreduce, including the wait for the slowest rank", False),
+    "apply": ("the optimizer's update", True),
+    "sync": ("rest of the call: loop, telemetry allreduce, graph dispatch", False),
+    "host": ("Python between calls (telemetry, stop polling, call sizing)", True),
+}
+USEFUL = tuple(name for name, (_, useful) in PARTS.items() if useful)
+
+
+def split(seconds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Per-rank seconds of every part in :data:`PARTS` from the raw window sums.
+
+    ``seconds`` holds arrays over ranks: ``input``, ``compute``, ``allreduce``, ``apply`` (timed
+    inside the call), ``call`` (the call as the host timed it) and ``host``. ``sync`` is what the
+    call took beyond its timed parts (never negative: timer resolution can make it so by a µs).
+    """
+    timed = seconds["input"] + seconds["compute"] + seconds["allreduce"] + seconds["apply"]
+    out = {name: np.asarray(seconds[name], dtype=float) for name in PARTS if name != "sync"}
+    out["sync"] = np.maximum(np.asarray(seconds["call"], dtype=float) - timed, 0.0)
+    return {name: out[name] for name in PARTS}
+
+
+def efficiencies(parts: dict[str, np.ndarray]) -> dict[str, float]:
+    """POP's load balance, communication and parallel efficiency of one window (module doc).
+
+    NaN when the window holds no time at all (nothing to judge)."""
+    useful = sum(np.asarray(parts[name], dtype=float) for name in USEFUL)
+    total = sum(np.asarray(parts[name], dtype=float) for name in PARTS)
+    T = float(np.max(total, initial=0.0))
+    top = float(np.max(useful, initial=0.0))
+    if T <= 0 or top <= 0:
+        nan = float("nan")
+        return {"load_balance": nan, "comm_efficiency": nan, "parallel_efficiency": nan}
+    lb, comm = float(np.mean(useful)) / top, top / T
+    return {"load_balance": lb, "comm_efficiency": comm, "parallel_efficiency": lb * comm}
+
+
+def straggler_factor(slowdown_pct: float) -> float:
+    """Extra compute time, as a fraction of the step's own, of a rank running at
+    ``100 - slowdown_pct`` percent of its speed: 30 % slower speed means 1/0.7 = 1.43x the time,
+    so 0.43 extra. (Two equal ranks, one at 70 % speed: LB = (1 + 1.43) / 2 / 1.43 = 0.85.)"""
+    return 1.0 / (1.0 - slowdown_pct / 100.0) - 1.0
+
+
+__all__ = ["PARTS", "USEFUL", "split", "efficiencies", "straggler_factor"]

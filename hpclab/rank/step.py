@@ -1,0 +1,129 @@
+"""One optimizer step inside the compiled call, with timestamps around each of its parts.
+
+The step is the lab's unit of work: batch → forward/backward → gradient allreduce → update. Its
+parts are timed *inside the graph* with ``tf.timestamp()`` ops that control dependencies pin
+between them, so a rank learns where its step time goes without leaving the ``while_loop``
+(hpclab issue 14): ``input`` (the batch cut from the resident shard), ``compute`` (forward and
+backward, and a straggler's extra time), ``allreduce`` (Horovod's gradient average, *including
+the wait for the slowest rank*: the collective cannot finish before every rank has joined it) and
+``apply`` (the optimizer's update). Seven timestamps a step cost a few microseconds
+(``make bench`` compares telemetry on and off).
+
+The straggler knob (``RunConfig.straggler_rank``, ``straggler_slowdown``, ``straggler_ms``)
+makes one rank slow on purpose, the way a throttled GPU, a noisy neighbour or a slower node does:
+after its backward pass that rank spins (a busy wait, so its core stays busy like a slow device)
+for ``factor × (its forward/backward time) + ms``. Every other rank then waits in the allreduce,
+and :mod:`hpclab.pop` shows it as lower load balance.
+"""
+
+from __future__ import annotations
+
+from hpclab.pop import straggler_factor
+
+TIMES = ("input", "compute", "allreduce", "apply")  # seconds summed per call, in this order
+
+
+class Step:
+    """The traced arithmetic of one step on this rank; built once per run by the trainer."""
+
+    def __init__(self, cfg, *, model, optimizer, world: int, rank: int):
+        import horovod.tensorflow as hvd
+        import tensorflow as tf
+
+        self.tf, self.hvd, self.cfg = tf, hvd, cfg
+        self.model, self.optimizer, self.world = model, optimizer, world
+        self.loss_scaled = cfg.precision == "mixed_float16" and cfg.loss_scaling
+        self.compression = hvd.Compression.fp16 if cfg.fp16_allreduce else hvd.Compression.none
+        self.loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        # The noise scale needs two batch sizes: with one rank there is only one, so skip the norms.
+        self.track_noise = cfg.noise_scale and world > 1
+        grads = tf.function(self._loss_and_grads, jit_compile=True) if cfg.xla else None
+        self.loss_and_grads = grads or self._loss_and_grads
+        slow = rank == cfg.straggler_rank and world > 1
+        self.slow_factor = straggler_factor(cfg.straggler_slowdown) if slow else 0.0
+        self.slow_s = cfg.straggler_ms / 1000.0 if slow else 0.0
+
+    def _loss_and_grads(self, x, y):
+        """Forward and backward (XLA-compiled with ``xla=True``); loss-scaled under float16."""
+        tf = self.tf
+        with tf.GradientTape() as tape:
+            logits = tf.cast(self.model(x, training=True), tf.float32)
+            loss = self.loss_fn(y, logits)
+            target = self.optimizer.get_scaled_loss(loss) if self.loss_scaled else loss
+        grads = tape.gradient(target, self.model.trainable_variables)
+        pred = tf.argmax(logits, axis=-1, output_type=y.dtype)
+        return loss, tf.reduce_sum(tf.cast(tf.equal(pred, y), tf.float32)), grads
+
+    def _allreduce(self, grads):
+        """Horovod: average gradients over ranks: one grouped (fused) op, or one per tensor so each
+        can start while backprop still runs. Loss-scaled gradients cross scaled (float16
+        compression keeps their range) and are unscaled afterwards."""
+        hvd = self.hvd
+        if self.cfg.grad_allreduce == "per_tensor":
+            return [hvd.allreduce(g, op=hvd.Average, compression=self.compression) for g in grads]
+        return hvd.grouped_allreduce(grads, op=hvd.Average, compression=self.compression)
+
+    def _sq_norm(self, grads):
+        tf = self.tf
+        if self.loss_scaled:
+            grads = self.optimizer.get_unscaled_gradients(grads)
+        return tf.square(tf.linalg.global_norm(grads))
+
+    def _after(self, tensors):
+        """A timestamp taken once every tensor in ``tensors`` exists (float64 seconds)."""
+        with self.tf.control_dependencies(list(tensors)):
+            return self.tf.timestamp()
+
+    def _straggle(self, t_start, t_end, grads):
+        """The straggler's busy wait (this rank only); ``grads`` released after it."""
+        tf = self.tf
+        deadline = t_end + (t_end - t_start) * self.slow_factor + self.slow_s
+        with tf.control_dependencies([t_end]):
+            spun = tf.while_loop(lambda i: tf.timestamp() < deadline, lambda i: i + 1, [0])
+        with tf.control_dependencies([spun]):
+            grads = [tf.identity(g) for g in grads]
+        return grads, self._after(grads)
+
+    def __call__(self, batch, sample):
+        """One step on ``batch()`` (a function cutting the batch, timed as input).
+
+        Returns ``(loss, correct, |G_small|², |G_big|², gradient zeros)`` — norms and zeros only
+        when ``sample`` — and this rank's seconds of each part of :data:`TIMES`."""
+        tf = self.tf
+        t0 = tf.timestamp()
+        with tf.control_dependencies([t0]):
+            x, y = batch()
+        t1 = self._after([x, y])
+        loss, correct, grads = self.loss_and_grads(x, y)
+        t2 = self._after([loss, correct, *grads])
+        if self.slow_factor or self.slow_s:
+            grads, t2 = self._straggle(t1, t2, grads)
+        small = big = zero = tf.constant(0.0)
+        zeros = tf.cond(  # elements exactly 0 in this rank's own gradient (scaled or not)
+            sample,
+            lambda: tf.add_n([tf.reduce_sum(tf.cast(tf.equal(g, 0), tf.float32)) for g in grads]),
+            lambda: zero,
+        )
+        if self.track_noise:
+            small = tf.cond(sample, lambda: self._sq_norm(grads), lambda: zero)  # before allreduce
+        if self.world > 1:
+            with tf.control_dependencies([t2]):
+                grads = self._allreduce(grads)
+        t3 = self._after(grads)
+        if self.track_noise:
+            big = tf.cond(sample, lambda: self._sq_norm(grads), lambda: zero)  # after it
+        if self.loss_scaled:
+            # Unscaled after the allreduce, not before: float16 compression keeps the range of
+            # scaled values. The LossScaleOptimizer then skips a non-finite step and lowers its
+            # scale (dynamic loss scaling, Micikevicius et al. 2018, arXiv:1710.03740).
+            grads = self.optimizer.get_unscaled_gradients(grads)
+        with tf.control_dependencies([t3]):
+            self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
+        # (apply_gradients returns a variable or None; a read of the step counter it increments
+        # last is ordered after it: tf.function runs reads and writes of a variable in order)
+        t4 = self._after([self.optimizer.iterations.read_value()])
+        times = tf.cast(tf.stack([t1 - t0, t2 - t1, t3 - t2, t4 - t3]), tf.float32)
+        return tf.stack([loss, correct, small, big, zeros]), times
+
+
+__all__ = ["Step", "TIMES"]

@@ -1,0 +1,109 @@
+"""The dashboard's sixth panel: where a step's time goes on each rank, and POP's three numbers.
+
+One horizontal stack per rank of the parts of :data:`hpclab.pop.PARTS` (milliseconds per step,
+over the run's latest rate window of ≥ 1 s), and a note with the POP efficiencies of that window:
+load balance × communication efficiency = parallel efficiency (:mod:`hpclab.pop`). A straggler
+shows twice: its own stack is longer in ``compute``, and every other rank's ``allreduce`` grows by
+the time it waits for it. Several runs (a report): one stack per run, averaged over its ranks
+and its whole run. plotly only.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from hpclab.pop import PARTS
+from hpclab.views.facts import RunFacts, text
+from hpclab.views.skeleton import TraceSpec
+
+PART_COLORS = {
+    "input": "#8da0cb",
+    "compute": "#1b9e77",
+    "allreduce": "#d95f02",
+    "apply": "#66a61e",
+    "sync": "#e6ab02",
+    "host": "#a6761d",
+}
+
+
+def latest(history: pd.DataFrame) -> pd.Series | None:
+    """The newest history row that carries the split (None before the first, or old records)."""
+    if "rank_compute_ms" not in history.columns or history.empty:
+        return None
+    rows = history[history["rank_compute_ms"].map(lambda c: isinstance(c, (list, tuple)))]
+    return rows.iloc[-1] if len(rows) else None
+
+
+def rank_specs(f: RunFacts) -> list[TraceSpec]:
+    """One bar trace per part; each has a bar per rank (the live and single-run figure)."""
+    row = latest(f.history)
+    workers = len(row["rank_compute_ms"]) if row is not None else f.workers
+    labels = np.array([f"rank {r}" for r in range(workers)], dtype=object)
+    specs = []
+    for part, (what, _) in PARTS.items():
+        ms = row.get(f"rank_{part}_ms") if row is not None else None
+        values = np.asarray(ms if isinstance(ms, (list, tuple)) else [], dtype=float)
+        specs.append(
+            TraceSpec(
+                f"split/{part}",
+                "split",
+                values,
+                labels[: values.size],
+                dict(
+                    name=part,
+                    orientation="h",
+                    marker=dict(color=PART_COLORS[part]),
+                    hovertemplate=f"%{{y}}: {part} %{{x:.2f}} ms/step<br>({what})<extra></extra>",
+                ),
+                kind="bar",
+            )
+        )
+    return specs
+
+
+def run_specs(f: RunFacts, key_prefix: str, first: bool) -> list[TraceSpec]:
+    """One stack for a whole run (a report of several runs): its summary's mean split."""
+    split = f.summary.get("time_split") or {}
+    label = np.array([text(f.label)], dtype=object)
+    specs = []
+    for part in PARTS:
+        value = split.get(f"{part}_ms")
+        ok = isinstance(value, (int, float)) and math.isfinite(value)
+        specs.append(
+            TraceSpec(
+                f"{key_prefix}split/{part}",
+                "split",
+                np.array([value] if ok else [], dtype=float),
+                label if ok else label[:0],
+                dict(
+                    name=part,
+                    orientation="h",
+                    legendgroup=f"split/{part}",
+                    showlegend=first,
+                    marker=dict(color=PART_COLORS[part]),
+                    hovertemplate=f"%{{y}}: {part} %{{x:.2f}} ms/step<extra></extra>",
+                ),
+                kind="bar",
+            )
+        )
+    return specs
+
+
+def pop_note(f: RunFacts) -> str:
+    """'load balance 0.99 × communication 0.85 = parallel efficiency 0.84' of the latest window."""
+    row = latest(f.history)
+    if row is None:
+        return ""
+    lb, comm, pe = (row.get(k) for k in ("load_balance", "comm_efficiency", "parallel_efficiency"))
+    if not all(isinstance(v, (int, float)) and math.isfinite(v) for v in (lb, comm, pe)):
+        return ""
+    return (
+        f"POP: load balance {lb:.2f} × communication {comm:.2f} = parallel efficiency {pe:.2f}"
+        f" · step {row.get('step_ms', float('nan')):.2f} ms"
+    )
+
+
+__all__ = ["PART_COLORS", "latest", "rank_specs", "run_specs", "pop_note"]

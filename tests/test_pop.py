@@ -1,0 +1,63 @@
+"""POP's efficiencies and the straggler's arithmetic (hpclab.pop): NumPy only."""
+
+import math
+
+import numpy as np
+import pytest
+
+from hpclab.pop import PARTS, USEFUL, efficiencies, split, straggler_factor
+
+
+def parts(**per_rank) -> dict:
+    """Every part of PARTS as per-rank seconds, zero unless given."""
+    n = len(next(iter(per_rank.values())))
+    return {name: np.asarray(per_rank.get(name, [0.0] * n), dtype=float) for name in PARTS}
+
+
+def test_communication_is_everything_but_useful_work():
+    assert set(USEFUL) == {"input", "compute", "apply", "host"}
+    assert set(PARTS) - set(USEFUL) == {"allreduce", "sync"}
+
+
+@pytest.mark.parametrize(
+    ("slowdown", "factor"), [(0, 0.0), (30, 1 / 0.7 - 1), (50, 1.0), (90, 9.0)]
+)
+def test_a_rank_at_x_percent_less_speed_takes_1_over_1_minus_x_as_long(slowdown, factor):
+    assert straggler_factor(slowdown) == pytest.approx(factor)
+
+
+def test_a_30_percent_straggler_of_two_equal_ranks_gives_load_balance_085():
+    """Equal ranks but one at 70 % speed: it computes 1/0.7 as long, the other waits that out."""
+    t = 10.0
+    slow = t * (1 + straggler_factor(30))
+    eff = efficiencies(parts(compute=[t, slow], allreduce=[slow - t, 0.0]))
+    assert eff["load_balance"] == pytest.approx((t + slow) / 2 / slow)
+    assert eff["load_balance"] == pytest.approx(0.85)
+    assert eff["comm_efficiency"] == pytest.approx(1.0)  # no transfer time: all loss is balance
+    assert eff["parallel_efficiency"] == pytest.approx(eff["load_balance"])
+
+
+def test_balanced_ranks_lose_only_what_they_communicate():
+    eff = efficiencies(parts(compute=[8.0, 8.0], allreduce=[2.0, 2.0]))
+    assert eff["load_balance"] == pytest.approx(1.0)
+    assert eff["comm_efficiency"] == pytest.approx(0.8)
+    assert eff["parallel_efficiency"] == pytest.approx(0.8)
+
+
+def test_an_empty_window_has_no_efficiency():
+    eff = efficiencies(parts(compute=[0.0, 0.0]))
+    assert all(math.isnan(v) for v in eff.values())
+
+
+def test_sync_is_the_untimed_rest_of_the_call_and_never_negative():
+    raw = dict(
+        input=np.array([1.0, 1.0]),
+        compute=np.array([5.0, 6.0]),
+        allreduce=np.array([2.0, 1.0]),
+        apply=np.array([1.0, 1.0]),
+        call=np.array([9.5, 8.999999]),  # rank 1: a microsecond short (timer resolution)
+        host=np.array([0.5, 0.5]),
+    )
+    out = split(raw)
+    assert list(out) == list(PARTS)
+    assert out["sync"] == pytest.approx([0.5, 0.0])
