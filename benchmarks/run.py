@@ -14,8 +14,9 @@ Sections (`--only` takes a comma-separated subset; they run in this order):
              engine's Horovod environment (HOROVOD_CYCLE_TIME / HOROVOD_FUSION_THRESHOLD from the
              RunConfig defaults); B and C once more with Horovod's own defaults as a cross-check.
              Medians, min/max per arm, medians of the paired ratios. Goals A/B >= 2, A/C >= 1.
-  telemetry  live telemetry on (the defaults) vs really off (publish_every_s=0 and
-             noise_scale=False), 2 ranks, alternated, >= 5 pairs. Goal on/off >= 0.98.
+  telemetry  live telemetry on (the defaults) vs really off (publish_every_s=0,
+             noise_scale=False, time_split=False), 2 ranks, alternated, >= 5 pairs. Goal on/off
+             >= 0.98.
   horovod    the evidence for the engine's Horovod defaults, 2 ranks: throughput for cycle times
              0.05 / 0.1 / 0.5 / 1 / 5 ms (fusion 64 MB), fusion 0 vs 64 MB at the chosen cycle,
              grouped vs per-tensor allreduce, and idle engine CPU at each cycle time.
@@ -278,12 +279,12 @@ def engine_run(lab, cfg) -> dict:
     steady = rates[1:] or rates
     hist = run.history
     split = {}
-    if len(hist) > 2 and "input_ms" in hist:  # telemetry on: the engine's own per-step split
+    if len(hist) > 2 and "step_ms" in hist:  # telemetry on: the engine's own per-step split
+        from hpclab.pop import PARTS
+
         later = hist.iloc[len(hist) // 4 :]  # past the first call
-        split = {
-            "input_ms_per_step": float(later["input_ms"].mean()),
-            "compute_ms_per_step": float(later["compute_ms"].mean()),
-        }
+        split = {f"{p}_ms_per_step": float(later[f"{p}_ms"].mean()) for p in PARTS}
+        split["load_balance"] = float(later["load_balance"].mean())
     workers = s.get("world_size") or lab.workers
     first_steps = min(  # the trainer's first call: capped by the epoch and the run
         cfg.steps_per_call or FIRST_CALL_STEPS,
@@ -597,7 +598,7 @@ class Suite:
         from hpclab import RunConfig
 
         on_cfg = RunConfig(num_samples=40000, batch_per_worker=64, epochs=self.plan["tel_epochs"])
-        off_cfg = on_cfg.replace(publish_every_s=0.0, noise_scale=False)
+        off_cfg = on_cfg.replace(publish_every_s=0.0, noise_scale=False, time_split=False)
         self.warm_cfg = on_cfg.replace(max_steps=24, publish_every_s=0)
         on, off = [], []
         for rep in range(self.plan["tel_pairs"]):
@@ -625,8 +626,8 @@ class Suite:
             "goal": GOALS["telemetry"],
             "ranks": 2,
             "config_on": on_cfg.to_dict(),
-            "off": "publish_every_s=0 and noise_scale=False (no publishing, no detail gathers, "
-            "no noise-scale norms)",
+            "off": "publish_every_s=0, noise_scale=False and time_split=False (no publishing, no "
+            "detail gathers, no noise-scale norms, no timestamps in the step)",
             "metric": "mean wall rate of epochs 2..E (all-in: publishing, bookkeeping, validation)",
             "runs_on": on,
             "runs_off": off,

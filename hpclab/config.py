@@ -96,6 +96,9 @@ class RunConfig:
     )
     publish_every_s: float = knob(0.5, "live telemetry cadence in seconds (0 = telemetry off)")
     noise_scale: bool = knob(True, "estimate the gradient noise scale (McCandlish et al. 2018)")
+    time_split: bool = knob(
+        True, "time each step's parts in the graph (hpclab.pop; on with a straggler)"
+    )
     eval_every: int = knob(0, "steps between evaluations on the held-out subset (0 = auto: 40)")
     eval_samples: int = knob(2048, "held-out samples evaluated every eval_every steps (0 = off)")
     max_steps: int = knob(0, "stop after this many steps (0 = run all epochs)")
@@ -350,7 +353,7 @@ def _validate(cfg: RunConfig) -> None:
     _int_range(cfg, "straggler_rank", -1, MAX_WORKERS - 1)
     _float_range(cfg, "straggler_slowdown", 0.0, 95.0)
     _float_range(cfg, "straggler_ms", 0.0, 10_000.0)
-    for name in ("fp16_allreduce", "noise_scale", "xla", "loss_scaling"):
+    for name in ("fp16_allreduce", "noise_scale", "xla", "loss_scaling", "time_split"):
         if not isinstance(getattr(cfg, name), bool):
             _fail(name, getattr(cfg, name), "True or False")
     if not isinstance(cfg.name, str) or len(cfg.name) > 120:

@@ -49,14 +49,32 @@ def pytest_collection_modifyitems(config, items):
         item.add_marker(pytest.mark.skip(reason=f"needs MPI engines with Horovod: {reason}"))
 
 
+_SHARED: list = []  # the session's shared Lab, once a test asked for it
+
+
 @pytest.fixture(scope="session")
 def lab2(tmp_path_factory):
     """A real 2-worker Lab: ipyparallel MPI engines + Horovod, runs recorded in a temp folder."""
     from hpclab import Lab
 
     lab = Lab(workers=2, runs_dir=tmp_path_factory.mktemp("runs"), verbose=False)
+    _SHARED.append(lab)
     yield lab
     lab.stop()
+
+
+@pytest.fixture(autouse=True)
+def _cores_to_themselves(request):
+    """A test that starts labs of its own (a notebook, JupyterLab, the hub, Slurm) gets the
+    cores to itself: the shared Lab's idle engines are not idle — MPICH busy-polls inside
+    Horovod's background loop, about half a core per engine (benchmarks/README.md) — so it is
+    stopped first; the next test that asks for `lab` restarts it."""
+    own = ("notebook", "browser", "hub", "slurm")
+    if any(request.node.get_closest_marker(m) for m in own):
+        for shared in _SHARED:
+            if shared.healthy:
+                shared.stop()
+    yield
 
 
 @pytest.fixture

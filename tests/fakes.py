@@ -19,12 +19,11 @@ Tests import it as ``from fakes import write_run`` (pytest puts tests/ on sys.pa
 from __future__ import annotations
 
 import math
-
-import numpy as np
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from hpclab.config import RunConfig

@@ -210,8 +210,8 @@ def test_the_split_panel_stacks_each_ranks_parts_and_names_pop_efficiencies(tmp_
     np.testing.assert_allclose(dash.trace("split/compute").x, [6.0, 6.5, 7.0, 7.5])
     np.testing.assert_allclose(dash.trace("split/allreduce").x, [2.5, 2.0, 1.5, 1.0])
     note = next(a.text for a in dash.fig.layout.annotations if a.name == "pop_note")
-    assert f"load balance {last['load_balance']:.2f}" in note
-    assert f"parallel efficiency {last['parallel_efficiency']:.2f}" in note
+    assert f"LB {last['load_balance']:.2f}" in note
+    assert f"PE {last['parallel_efficiency']:.2f}" in note
     assert last["load_balance"] < 1.0 and last["comm_efficiency"] < 1.0
 
 

@@ -39,9 +39,16 @@ class Step:
         self.track_noise = cfg.noise_scale and world > 1
         grads = tf.function(self._loss_and_grads, jit_compile=True) if cfg.xla else None
         self.loss_and_grads = grads or self._loss_and_grads
-        slow = rank == cfg.straggler_rank and world > 1
+        # A straggler run builds the same graph on every rank (the others wait 0 s): Horovod
+        # matches collectives across ranks by name, and extra ops on one rank would rename its
+        # allreduces and leave the others waiting for a tensor that never comes.
+        self.straggler_run = 0 <= cfg.straggler_rank < world and world > 1
+        slow = self.straggler_run and rank == cfg.straggler_rank
         self.slow_factor = straggler_factor(cfg.straggler_slowdown) if slow else 0.0
         self.slow_s = cfg.straggler_ms / 1000.0 if slow else 0.0
+        # time_split=False (make bench's "telemetry off"): no timestamps, the parts read 0;
+        # a straggler run needs them to size its wait
+        self.timed = cfg.time_split or self.straggler_run
 
     def _loss_and_grads(self, x, y):
         """Forward and backward (XLA-compiled with ``xla=True``); loss-scaled under float16."""
@@ -70,12 +77,15 @@ class Step:
         return tf.square(tf.linalg.global_norm(grads))
 
     def _after(self, tensors):
-        """A timestamp taken once every tensor in ``tensors`` exists (float64 seconds)."""
+        """A timestamp taken once every tensor in ``tensors`` exists (float64 seconds); 0 when
+        the split is off."""
+        if not self.timed:
+            return self.tf.constant(0.0, self.tf.float64)
         with self.tf.control_dependencies(list(tensors)):
             return self.tf.timestamp()
 
     def _straggle(self, t_start, t_end, grads):
-        """The straggler's busy wait (this rank only); ``grads`` released after it."""
+        """The straggler's busy wait (0 s on the other ranks); ``grads`` released after it."""
         tf = self.tf
         deadline = t_end + (t_end - t_start) * self.slow_factor + self.slow_s
         with tf.control_dependencies([t_end]):
@@ -90,13 +100,13 @@ class Step:
         Returns ``(loss, correct, |G_small|², |G_big|², gradient zeros)`` — norms and zeros only
         when ``sample`` — and this rank's seconds of each part of :data:`TIMES`."""
         tf = self.tf
-        t0 = tf.timestamp()
-        with tf.control_dependencies([t0]):
+        t0 = self._after([])
+        with tf.control_dependencies([t0] if self.timed else []):
             x, y = batch()
         t1 = self._after([x, y])
         loss, correct, grads = self.loss_and_grads(x, y)
         t2 = self._after([loss, correct, *grads])
-        if self.slow_factor or self.slow_s:
+        if self.straggler_run:
             grads, t2 = self._straggle(t1, t2, grads)
         small = big = zero = tf.constant(0.0)
         zeros = tf.cond(  # elements exactly 0 in this rank's own gradient (scaled or not)
@@ -107,8 +117,9 @@ class Step:
         if self.track_noise:
             small = tf.cond(sample, lambda: self._sq_norm(grads), lambda: zero)  # before allreduce
         if self.world > 1:
-            with tf.control_dependencies([t2]):
-                grads = self._allreduce(grads)
+            # (not held back until t2: per_tensor allreduces overlap the backward pass, and
+            # then only the part left after it — the exposed communication — counts as such)
+            grads = self._allreduce(grads)
         t3 = self._after(grads)
         if self.track_noise:
             big = tf.cond(sample, lambda: self._sq_norm(grads), lambda: zero)  # after it

@@ -30,6 +30,7 @@ CHOICES = {
     "lr_schedule": catalog.LR_SCHEDULES,
     "precision": catalog.PRECISIONS,
     "grad_allreduce": catalog.GRAD_ALLREDUCES,
+    "validation": catalog.VALIDATIONS,
 }
 
 _TRUE = ("1", "true", "yes", "on")

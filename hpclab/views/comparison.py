@@ -189,6 +189,10 @@ def table_html(table: pd.DataFrame) -> str:
     )
 
 
+#: POP's efficiencies over the whole run (summary "time_split"; hpclab.pop); None for old records
+POP_COLUMNS = ("load_balance", "comm_efficiency", "parallel_efficiency")
+
+
 def compare(runs: Iterable[Any], target: float | None = None) -> Comparison:
     """Compare runs (Runs, RunRecords or run folder paths).
 
@@ -202,6 +206,7 @@ def compare(runs: Iterable[Any], target: float | None = None) -> Comparison:
     for f in facts:
         mean, _ = throughput(f)
         peak_lr = f.derived.get("peak_lr", f.summary.get("lr"))
+        split = f.summary.get("time_split") or {}
         rows.append(
             {
                 "run_id": f.run_id,
@@ -215,6 +220,8 @@ def compare(runs: Iterable[Any], target: float | None = None) -> Comparison:
                 "peak_lr": finite(peak_lr),
                 "val_accuracy": final_val_accuracy(f),
                 "samples_per_sec": mean,
+                "overall_samples_per_sec": finite(f.summary.get("overall_samples_per_sec")),
+                **{k: finite(split.get(k)) for k in POP_COLUMNS},
                 "wall_time_s": finite(f.summary.get("wall_time_s")) or time_done(f),
                 "steps_to_target": steps_to_target(evaluations(f), target)
                 if target is not None
@@ -236,6 +243,8 @@ def compare(runs: Iterable[Any], target: float | None = None) -> Comparison:
         "peak_lr",
         "val_accuracy",
         "samples_per_sec",
+        "overall_samples_per_sec",
+        *POP_COLUMNS,
         "wall_time_s",
         "steps_to_target",
         "time_to_target_s",

@@ -40,15 +40,38 @@ _THROUGHPUT_KEYS = (
     "hvd_fusion_mb",
     "publish_every_s",
     "noise_scale",
+    "straggler_rank",
+    "straggler_slowdown",
+    "straggler_ms",
+    "validation",
+    "eval_every",
+    "eval_samples",
 )
+#: which throughput E(N) is taken over: training alone, or everything a user waits for
+RATES = {
+    "training": "samples_per_sec (training steps only)",
+    "overall": "overall_samples_per_sec (evaluation and host time included)",
+}
 
 
 def _freeze(v: Any) -> Any:
     return tuple(v) if isinstance(v, list) else v
 
 
-def scaling_series(records: Iterable[Any]) -> list[dict]:
+def _rate(f, rate: str) -> tuple[float | None, float | None]:
+    if rate == "overall":
+        value = f.summary.get("overall_samples_per_sec")
+        ok = isinstance(value, (int, float)) and np.isfinite(value)
+        return (float(value) if ok else None), None
+    return throughput(f)
+
+
+def scaling_series(records: Iterable[Any], rate: str = "training") -> list[dict]:
     """Groups of runs that differ only in worker count.
+
+    ``rate``: ``"training"`` takes T from the training steps alone (``samples_per_sec``);
+    ``"overall"`` from all samples over the whole loop, evaluation included
+    (``overall_samples_per_sec``): the rate a serial test phase bounds (Amdahl's law).
 
     Weak scaling: fixed per-worker batch (global batch grows with N). Strong scaling: fixed global
     batch (per-worker batch shrinks). Runs with different threads per worker (``Lab`` argument,
@@ -57,12 +80,15 @@ def scaling_series(records: Iterable[Any]) -> list[dict]:
     E(N) = T_N / (N · T_1) (hpclab.metrics.efficiency). Without a 1-worker run, T_1 is taken as
     T_m / m for the smallest N = m, and the name says "relative to N=m".
     """
+    if rate not in RATES:
+        raise ValueError(f"rate must be one of {', '.join(RATES)}; you passed rate={rate!r}.")
     runs = []
     for f in facts_of(records):
-        t, ci = throughput(f)
+        t, ci = _rate(f, rate)
         if t is not None and t > 0 and f.global_batch and not failed(f):
             runs.append((f, t, ci))
     name_threads = len({f.threads_per_worker for f, _, _ in runs}) > 1
+    name_validation = len({f.config.get("validation") for f, _, _ in runs}) > 1
     out = []
     for kind, batch_of in (
         ("weak", lambda f: f.global_batch // f.workers),
@@ -94,6 +120,8 @@ def scaling_series(records: Iterable[Any]) -> list[dict]:
             if name_threads:
                 plural = "s" if threads != 1 else ""
                 name += f", {threads} thread{plural} per worker" if threads else ", threads unknown"
+            if name_validation:
+                name += f", validation {members[0][0].config.get('validation', 'sharded')}"
             if base != 1:
                 name += f" (E relative to N={base})"
             model = members[0][0].config.get("model")
@@ -114,18 +142,21 @@ def scaling_series(records: Iterable[Any]) -> list[dict]:
     return out
 
 
-def scaling_efficiency(records: Iterable[Any]) -> go.Figure:
+def scaling_efficiency(records: Iterable[Any], rate: str = "training") -> go.Figure:
     """Throughput and scaling efficiency E(N) = T_N / (N·T_1) vs number of workers.
 
     Weak scaling series (fixed per-worker batch) are solid, strong scaling (fixed global batch)
-    dashed; dotted lines are the ideal N·T_1.
+    dashed; dotted lines are the ideal N·T_1. ``rate``: see :func:`scaling_series`.
     """
     facts = facts_of(records)
-    series = scaling_series(facts)
+    series = scaling_series(facts, rate)
     fig = make_subplots(
         rows=1,
         cols=2,
-        subplot_titles=("throughput (samples/s)", "scaling efficiency E(N) = T_N / (N·T_1)"),
+        subplot_titles=(
+            f"throughput (samples/s, {RATES[rate].split(' (')[1].rstrip(')')})",
+            "scaling efficiency E(N) = T_N / (N·T_1)",
+        ),
     )
     workers = sorted({f.workers for f in facts})
     for i, s in enumerate(series):

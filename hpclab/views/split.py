@@ -11,12 +11,15 @@ and its whole run. plotly only.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 import pandas as pd
+import plotly.graph_objects as go
 
 from hpclab.pop import PARTS
-from hpclab.views.facts import RunFacts, text
+from hpclab.views.facts import RunFacts, facts_of, text
 from hpclab.views.skeleton import TraceSpec
 
 PART_COLORS = {
@@ -93,17 +96,60 @@ def run_specs(f: RunFacts, key_prefix: str, first: bool) -> list[TraceSpec]:
 
 
 def pop_note(f: RunFacts) -> str:
-    """'load balance 0.99 × communication 0.85 = parallel efficiency 0.84' of the latest window."""
+    """'POP: LB 0.99 × comm 0.85 = PE 0.84 · step 3.10 ms' of the latest window ('' before it)."""
     row = latest(f.history)
-    if row is None:
+    pop = pop_text(dict(row)) if row is not None else ""
+    if not pop:
         return ""
-    lb, comm, pe = (row.get(k) for k in ("load_balance", "comm_efficiency", "parallel_efficiency"))
-    if not all(isinstance(v, (int, float)) and math.isfinite(v) for v in (lb, comm, pe)):
+    return f"POP: {pop} · step {row.get('step_ms', float('nan')):.2f} ms"
+
+
+def pop_text(split: dict) -> str:
+    """'LB 0.99 × comm 0.85 = PE 0.84' from a summary's ``time_split`` ('' if it has none)."""
+    values = [split.get(k) for k in ("load_balance", "comm_efficiency", "parallel_efficiency")]
+    if not all(isinstance(v, (int, float)) and math.isfinite(v) for v in values):
         return ""
-    return (
-        f"POP: load balance {lb:.2f} × communication {comm:.2f} = parallel efficiency {pe:.2f}"
-        f" · step {row.get('step_ms', float('nan')):.2f} ms"
+    return "LB {:.2f} × comm {:.2f} = PE {:.2f}".format(*values)
+
+
+def figure(records: Iterable[Any], title: str = "") -> go.Figure:
+    """Each run's whole-run split, one stack per rank (ms per step), and its POP numbers.
+
+    ``records``: Runs, RunRecords or run folders; runs recorded before the split existed are
+    left out."""
+    rows = []  # (y label, {part: ms})
+    for f in facts_of(records):
+        split = f.summary.get("time_split") or {}
+        ranks = split.get("rank_compute_ms")
+        if not isinstance(ranks, list):
+            continue
+        pop = pop_text(split)
+        for r in range(len(ranks)):
+            label = f"{text(f.label)} · rank {r}" + (f" ({pop})" if r == 0 and pop else "")
+            rows.append((label, {p: split.get(f"rank_{p}_ms", [math.nan] * len(ranks))[r]
+                                 for p in PARTS}))  # fmt: skip
+    fig = go.Figure()
+    for part, (what, _) in PARTS.items():
+        fig.add_trace(
+            go.Bar(
+                x=[ms[part] for _, ms in rows],
+                y=[label for label, _ in rows],
+                name=part,
+                orientation="h",
+                marker=dict(color=PART_COLORS[part]),
+                hovertemplate=f"%{{y}}: {part} %{{x:.2f}} ms/step<br>({what})<extra></extra>",
+            )
+        )
+    fig.update_layout(
+        barmode="stack",
+        title=text(title) or "where a step's time goes, per rank (whole run)",
+        xaxis_title="ms per step",
+        yaxis=dict(autorange="reversed"),
+        template="plotly_white",
+        height=140 + 28 * max(len(rows), 1),
+        legend=dict(orientation="h", y=-0.25),
     )
+    return fig
 
 
-__all__ = ["PART_COLORS", "latest", "rank_specs", "run_specs", "pop_note"]
+__all__ = ["PART_COLORS", "latest", "rank_specs", "run_specs", "pop_note", "pop_text", "figure"]

@@ -1,0 +1,81 @@
+"""Where the time goes, with real ranks: the split adds up, POP sees a straggler, rank-0
+validation waits (2 real MPI engines with Horovod; nothing is mocked)."""
+
+import numpy as np
+import pytest
+
+from hpclab import RunConfig
+from hpclab.pop import PARTS
+
+pytestmark = [pytest.mark.mpi, pytest.mark.slow]
+
+STEADY_S = 1.0  # rows after this much training: past tracing and graph optimisation
+BASE = dict(epochs=10, batch_per_worker=64, publish_every_s=0.5, eval_samples=0)
+
+
+def _steady(run) -> "pd.DataFrame":  # noqa: F821
+    rows = run.history
+    rows = rows[(rows["time_s"] >= STEADY_S) & rows["rank_compute_ms"].notna()]
+    assert len(rows) >= 3, f"only {len(rows)} steady rows: the run was too short to judge"
+    return rows
+
+
+def test_the_time_split_adds_up_to_the_measured_step_time_in_every_window(lab):
+    """Input, compute, allreduce, apply (timed inside the graph) and the host time between calls
+    account for each rank's wall-clock step time within 10 %, window by window; a balanced run
+    has load balance >= 0.9 (its steady windows' median, and the whole run)."""
+    run = lab.run(RunConfig(**BASE))
+    summary = run.wait(timeout=600)
+    assert run.status == "finished"
+    rows = _steady(run)
+    timed = [p for p in PARTS if p != "sync"]  # sync is the call's untimed rest
+    for _, row in rows.iterrows():
+        for r in range(2):
+            parts = sum(row[f"rank_{p}_ms"][r] for p in timed)
+            assert parts == pytest.approx(row["step_ms"], rel=0.10), (
+                f"rank {r} at step {row['step']}: parts {parts:.3f} ms vs wall {row['step_ms']:.3f}"
+            )
+    # two ranks and the client share two cores: a window where one rank lost its core for a
+    # while reads 0.87-0.93 (measured), so the steady median and the whole run are judged
+    assert rows["load_balance"].median() >= 0.9, rows["load_balance"].tolist()
+    split = summary["time_split"]
+    assert split["load_balance"] >= 0.9 and 0 < split["parallel_efficiency"] <= 1.0
+    assert min(split["rank_compute_ms"]) > 0 and min(split["rank_allreduce_ms"]) > 0
+
+
+def test_a_30_percent_straggler_lowers_load_balance_and_shows_in_its_compute(lab):
+    """Rank 1 at 70 % speed computes 1/0.7 = 1.43x as long; rank 0 waits that out in the
+    allreduce. POP's load balance of two ranks is then 0.85 when all useful time is slowed, a
+    little above when input, update and host time are not (hpclab.pop.straggler_factor)."""
+    cfg = RunConfig(**BASE, straggler_rank=1, straggler_slowdown=30)
+    run = lab.run(cfg)
+    summary = run.wait(timeout=600)
+    assert run.status == "finished"
+    rows = _steady(run)
+    compute = np.array(rows["rank_compute_ms"].tolist())
+    allreduce = np.array(rows["rank_allreduce_ms"].tolist())
+    ratio = compute[:, 1] / compute[:, 0]
+    assert np.median(ratio) == pytest.approx(1 / 0.7, rel=0.12), ratio
+    assert np.median(allreduce[:, 0] - allreduce[:, 1]) > 0, allreduce  # rank 0 waits for rank 1
+    assert rows["load_balance"].median() <= 0.88, rows["load_balance"].tolist()
+    assert summary["time_split"]["load_balance"] == pytest.approx(0.85, abs=0.03)
+
+
+def test_rank0_validation_makes_the_other_ranks_wait(lab):
+    """validation="rank0": rank 0 evaluates the whole held-out set while rank 1 waits, so each
+    evaluation takes longer than the sharded one (Amdahl's serial part; the median evaluation,
+    past the first, which also traces the call)."""
+    eval_time = {}
+    for mode in ("sharded", "rank0"):
+        cfg = RunConfig(epochs=2, eval_samples=8192, eval_every=32, validation=mode)
+        run = lab.run(cfg)
+        run.wait(timeout=600)
+        assert run.status == "finished"
+        evaluated = run.history[run.history["eval_accuracy"].notna()]
+        assert evaluated["eval_accuracy"].iloc[-1] > 0.5
+        # one evaluation per row; the first also traces the evaluation call (hundreds of ms)
+        eval_time[mode] = float(evaluated["eval_ms"].iloc[2:].median())
+    # one rank alone evaluates 8192 samples in the time a single process takes (~27 ms here);
+    # two ranks evaluating 4096 each at once run at ~60 % speed each on this 2-core machine
+    # (~23 ms), so sharding gains ~15 %, not 2x (measured: 23.4 vs 26.6 ms)
+    assert eval_time["rank0"] >= 1.08 * eval_time["sharded"], eval_time
