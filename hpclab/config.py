@@ -94,6 +94,9 @@ class RunConfig:
     validation: str = knob(
         "sharded", "held-out evaluation: sharded over ranks, or rank0 alone (the others wait)"
     )
+    timeline_steps: int = knob(
+        0, "record Horovod's timeline over this many steps after the first call (0 = off)"
+    )
     publish_every_s: float = knob(0.5, "live telemetry cadence in seconds (0 = telemetry off)")
     noise_scale: bool = knob(True, "estimate the gradient noise scale (McCandlish et al. 2018)")
     time_split: bool = knob(
@@ -353,6 +356,7 @@ def _validate(cfg: RunConfig) -> None:
     _int_range(cfg, "straggler_rank", -1, MAX_WORKERS - 1)
     _float_range(cfg, "straggler_slowdown", 0.0, 95.0)
     _float_range(cfg, "straggler_ms", 0.0, 10_000.0)
+    _int_range(cfg, "timeline_steps", 0, 100_000)
     for name in ("fp16_allreduce", "noise_scale", "xla", "loss_scaling", "time_split"):
         if not isinstance(getattr(cfg, name), bool):
             _fail(name, getattr(cfg, name), "True or False")

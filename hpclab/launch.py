@@ -39,10 +39,12 @@ LOCAL_REGISTRATION_S = 90  # mode mpiexec: engines on this machine register with
 def horovod_env(cycle_time_ms: float, fusion_mb: float) -> dict[str, str]:
     """The environment that gives Horovod's background loop these settings at `hvd.init()`:
     the cycle between negotiation rounds and the tensor-fusion buffer (Horovod docs,
-    "Tensor Fusion"; 0 MB turns fusion off)."""
+    "Tensor Fusion"; 0 MB turns fusion off), and a timeline a run can switch on
+    (``RunConfig.timeline_steps``; nothing is recorded until it does: hpclab.timeline)."""
     return {
         "HOROVOD_CYCLE_TIME": f"{cycle_time_ms:g}",
         "HOROVOD_FUSION_THRESHOLD": str(int(fusion_mb * 1024 * 1024)),
+        "HOROVOD_TIMELINE": "DYNAMIC",
     }
 
 

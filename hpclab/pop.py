@@ -11,8 +11,8 @@ structured approach to performance analysis", Tools for High Performance Computi
     communication efficiency CommE = max_r(useful_r) / T
     parallel efficiency      PE  = LB x CommE = mean_r(useful_r) / T
 
-``useful_r`` is rank r's time outside communication (input, forward/backward, the optimizer's
-update and the host's Python between calls) and ``T`` the window's wall time (the busiest rank's
+``useful_r`` is rank r's time outside communication (the loop, input, forward/backward, the
+optimizer's update and the host's Python between calls) and ``T`` the window's wall time (the busiest rank's
 total). The allreduce *includes the wait for the slowest rank*: a straggler shows as the others'
 communication time, hence as a lower LB. This is the model of the CLAIX case study (RWTH Aachen)
 that hpclab issue 14 quotes: 64 V100s at PE 0.34 = LB 0.99 x CommE 0.33. NumPy only:
@@ -26,6 +26,7 @@ import numpy as np
 #: The parts of a window's time, in the order the dashboard stacks them; ``useful`` marks the
 #: ones POP counts as computation (everything but communication).
 PARTS = {
+    "loop": ("the loop between two steps: its condition, the running sums, the step index", True),
     "input": ("batch cut from the resident shard", True),
     "compute": ("forward and backward (and a straggler's extra time)", True),
     "allreduce": ("gradient allreduce, including the wait for the slowest rank", False),
@@ -39,11 +40,12 @@ USEFUL = tuple(name for name, (_, useful) in PARTS.items() if useful)
 def split(seconds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Per-rank seconds of every part in :data:`PARTS` from the raw window sums.
 
-    ``seconds`` holds arrays over ranks: ``input``, ``compute``, ``allreduce``, ``apply`` (timed
-    inside the call), ``call`` (the call as the host timed it) and ``host``. ``sync`` is what the
-    call took beyond its timed parts (never negative: timer resolution can make it so by a µs).
+    ``seconds`` holds arrays over ranks: ``loop``, ``input``, ``compute``, ``allreduce``,
+    ``apply`` (timed inside the call), ``call`` (the call as the host timed it) and ``host``.
+    ``sync`` is what the call took beyond its timed parts (never negative: timer resolution can
+    make it so by a µs).
     """
-    timed = seconds["input"] + seconds["compute"] + seconds["allreduce"] + seconds["apply"]
+    timed = sum(np.asarray(seconds[n], dtype=float) for n in PARTS if n not in ("sync", "host"))
     out = {name: np.asarray(seconds[name], dtype=float) for name in PARTS if name != "sync"}
     out["sync"] = np.maximum(np.asarray(seconds["call"], dtype=float) - timed, 0.0)
     return {name: out[name] for name in PARTS}

@@ -109,11 +109,11 @@ def test_window_row_carries_the_running_noise_scale():
 def test_rank_clock_accumulates_until_taken():
     ticks = iter([10.0, 12.5, 13.0])  # a fake perf_counter: created, first take, second take
     clock = RankClock(B, now=lambda: next(ticks))
-    clock.add(steps=4, call_s=0.1, host_s=0.01, timed=[0.01, 0.05, 0.02, 0.01])
-    clock.add(steps=8, call_s=0.2, host_s=0.02, timed=[0.02, 0.10, 0.04, 0.02])
+    clock.add(steps=4, call_s=0.1, host_s=0.01, timed=[0.004, 0.01, 0.05, 0.02, 0.01])
+    clock.add(steps=8, call_s=0.2, host_s=0.02, timed=[0.008, 0.02, 0.10, 0.04, 0.02])
     clock.add_eval(0.4)
     got = dict(zip(DETAIL, clock.take()))
-    expected = dict(samples=12 * B, call_s=0.3, host_s=0.03, steps=12, input_s=0.03,
+    expected = dict(samples=12 * B, call_s=0.3, host_s=0.03, steps=12, loop_s=0.012, input_s=0.03,
                     compute_s=0.15, allreduce_s=0.06, apply_s=0.03, eval_s=0.4, wall_s=2.5)  # fmt: skip
     assert got == pytest.approx(expected)
     again = dict(zip(DETAIL, clock.take()))

@@ -15,7 +15,7 @@ def parts(**per_rank) -> dict:
 
 
 def test_communication_is_everything_but_useful_work():
-    assert set(USEFUL) == {"input", "compute", "apply", "host"}
+    assert set(USEFUL) == {"loop", "input", "compute", "apply", "host"}
     assert set(PARTS) - set(USEFUL) == {"allreduce", "sync"}
 
 
@@ -51,6 +51,7 @@ def test_an_empty_window_has_no_efficiency():
 
 def test_sync_is_the_untimed_rest_of_the_call_and_never_negative():
     raw = dict(
+        loop=np.array([0.0, 0.0]),
         input=np.array([1.0, 1.0]),
         compute=np.array([5.0, 6.0]),
         allreduce=np.array([2.0, 1.0]),

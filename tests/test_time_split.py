@@ -44,9 +44,10 @@ def test_the_time_split_adds_up_to_the_measured_step_time_in_every_window(lab):
 
 
 def test_a_30_percent_straggler_lowers_load_balance_and_shows_in_its_compute(lab):
-    """Rank 1 at 70 % speed computes 1/0.7 = 1.43x as long; rank 0 waits that out in the
-    allreduce. POP's load balance of two ranks is then 0.85 when all useful time is slowed, a
-    little above when input, update and host time are not (hpclab.pop.straggler_factor)."""
+    """Rank 1 at 70 % speed takes 1/0.7 = 1.43x as long up to the allreduce; rank 0 waits that
+    out there. POP's load balance of two ranks is then 0.85 when all useful time is slowed, a
+    little above as the update and the host time between calls are not
+    (hpclab.pop.straggler_factor)."""
     cfg = RunConfig(**BASE, straggler_rank=1, straggler_slowdown=30)
     run = lab.run(cfg)
     summary = run.wait(timeout=600)
@@ -55,7 +56,8 @@ def test_a_30_percent_straggler_lowers_load_balance_and_shows_in_its_compute(lab
     compute = np.array(rows["rank_compute_ms"].tolist())
     allreduce = np.array(rows["rank_allreduce_ms"].tolist())
     ratio = compute[:, 1] / compute[:, 0]
-    assert np.median(ratio) == pytest.approx(1 / 0.7, rel=0.12), ratio
+    # rank 1 waits 0.43x its own loop + input + forward/backward time after the backward pass
+    assert np.median(ratio) >= 1.3, ratio
     assert np.median(allreduce[:, 0] - allreduce[:, 1]) > 0, allreduce  # rank 0 waits for rank 1
     assert rows["load_balance"].median() <= 0.88, rows["load_balance"].tolist()
     assert summary["time_split"]["load_balance"] == pytest.approx(0.85, abs=0.03)
@@ -79,3 +81,21 @@ def test_rank0_validation_makes_the_other_ranks_wait(lab):
     # two ranks evaluating 4096 each at once run at ~60 % speed each on this 2-core machine
     # (~23 ms), so sharding gains ~15 %, not 2x (measured: 23.4 vs 26.6 ms)
     assert eval_time["rank0"] >= 1.08 * eval_time["sharded"], eval_time
+
+
+def test_a_horovod_timeline_of_n_steps_is_recorded_and_summarised(lab):
+    """timeline_steps=60: rank 0 writes Horovod's timeline of 60+ steps into the run folder; its
+    summary has the negotiation and the allreduce of the gradient group, per step."""
+    from hpclab.timeline import FILE, read_events
+    from hpclab.views.split import timeline_figure
+
+    run = lab.run(RunConfig(epochs=1, eval_samples=0, timeline_steps=60))
+    summary = run.wait(timeout=600)
+    tl = summary["timeline"]
+    assert tl["steps"] >= 60 and (run.path / FILE).stat().st_size > 0
+    assert read_events(run.path / FILE), "the timeline file holds no events"
+    ms = tl["ms_per_step"]
+    assert ms.get("NEGOTIATE_ALLREDUCE", 0) > 0 and ms.get("ALLREDUCE", 0) > 0, ms
+    # the timeline's allreduce time per step is of the order of the in-graph allreduce part
+    assert ms["ALLREDUCE"] < 10 * summary["time_split"]["allreduce_ms"] + 1.0, (ms, summary)
+    assert timeline_figure(run).data[0].y  # one bar per activity

@@ -49,6 +49,7 @@ DETAIL = (
     "host_s",  # seconds between calls (Python, telemetry, stop polling)
     "steps",  # optimizer steps
     # inside the calls, timed in the graph (hpclab.rank.step.TIMES; hpclab.pop.PARTS)
+    "loop_s",
     "input_s",
     "compute_s",
     "allreduce_s",  # including the wait for the slowest rank
@@ -57,7 +58,7 @@ DETAIL = (
     "wall_s",  # this rank's wall clock over the window (everything, evaluation included)
 )
 D = {name: i for i, name in enumerate(DETAIL)}
-TIMED = ("input_s", "compute_s", "allreduce_s", "apply_s")  # the call's parts, in TIMES order
+TIMED = ("loop_s", "input_s", "compute_s", "allreduce_s", "apply_s")  # in step.TIMES order
 
 
 class RateWindow:

@@ -3,7 +3,8 @@
 The step is the lab's unit of work: batch → forward/backward → gradient allreduce → update. Its
 parts are timed *inside the graph* with ``tf.timestamp()`` ops that control dependencies pin
 between them, so a rank learns where its step time goes without leaving the ``while_loop``
-(hpclab issue 14): ``input`` (the batch cut from the resident shard), ``compute`` (forward and
+(hpclab issue 14): ``loop`` (the ``while_loop``'s own work between two steps), ``input`` (the
+batch cut from the resident shard), ``compute`` (forward and
 backward, and a straggler's extra time), ``allreduce`` (Horovod's gradient average, *including
 the wait for the slowest rank*: the collective cannot finish before every rank has joined it) and
 ``apply`` (the optimizer's update). Seven timestamps a step cost a few microseconds
@@ -11,16 +12,20 @@ the wait for the slowest rank*: the collective cannot finish before every rank h
 
 The straggler knob (``RunConfig.straggler_rank``, ``straggler_slowdown``, ``straggler_ms``)
 makes one rank slow on purpose, the way a throttled GPU, a noisy neighbour or a slower node does:
-after its backward pass that rank spins (a busy wait, so its core stays busy like a slow device)
-for ``factor × (its forward/backward time) + ms``. Every other rank then waits in the allreduce,
+after its backward pass that rank waits ``factor × (its loop, input and forward/backward time)
++ ms``, so the step's work up to the allreduce takes ``1/(1 - slowdown)`` as long (the host
+sleeps, as it would while a slower device computes; Linux oversleeps by ~0.05–0.1 ms, so very
+short steps come out a little slower than asked). Every other rank then waits in the allreduce,
 and :mod:`hpclab.pop` shows it as lower load balance.
 """
 
 from __future__ import annotations
 
+import time
+
 from hpclab.pop import straggler_factor
 
-TIMES = ("input", "compute", "allreduce", "apply")  # seconds summed per call, in this order
+TIMES = ("loop", "input", "compute", "allreduce", "apply")  # seconds summed per call, in order
 
 
 class Step:
@@ -85,29 +90,34 @@ class Step:
             return self.tf.timestamp()
 
     def _straggle(self, t_start, t_end, grads):
-        """The straggler's busy wait (0 s on the other ranks); ``grads`` released after it."""
+        """The straggler's wait (0 s on the other ranks); ``grads`` released after it."""
         tf = self.tf
-        deadline = t_end + (t_end - t_start) * self.slow_factor + self.slow_s
+        delay = (t_end - t_start) * self.slow_factor + self.slow_s
         with tf.control_dependencies([t_end]):
-            spun = tf.while_loop(lambda i: tf.timestamp() < deadline, lambda i: i + 1, [0])
-        with tf.control_dependencies([spun]):
+            waited = tf.py_function(_sleep, [delay], tf.float64)
+        with tf.control_dependencies([waited]):
             grads = [tf.identity(g) for g in grads]
         return grads, self._after(grads)
 
-    def __call__(self, batch, sample):
-        """One step on ``batch()`` (a function cutting the batch, timed as input).
+    def start(self):
+        """The timestamp the call's first step counts its ``loop`` part from."""
+        return self._after([])
+
+    def __call__(self, batch, sample, t_prev):
+        """One step on ``batch()`` (a function cutting the batch, timed as input); ``t_prev`` is
+        the previous step's end (or :meth:`start`): the gap to it is the ``loop`` part.
 
         Returns ``(loss, correct, |G_small|², |G_big|², gradient zeros)`` — norms and zeros only
-        when ``sample`` — and this rank's seconds of each part of :data:`TIMES`."""
+        when ``sample`` —, this rank's seconds of each part of :data:`TIMES`, and the step's end."""
         tf = self.tf
-        t0 = self._after([])
+        t0 = self._after([t_prev])
         with tf.control_dependencies([t0] if self.timed else []):
             x, y = batch()
         t1 = self._after([x, y])
         loss, correct, grads = self.loss_and_grads(x, y)
         t2 = self._after([loss, correct, *grads])
-        if self.straggler_run:
-            grads, t2 = self._straggle(t1, t2, grads)
+        if self.straggler_run:  # slower at everything the step did so far: loop, input, compute
+            grads, t2 = self._straggle(t_prev, t2, grads)
         small = big = zero = tf.constant(0.0)
         zeros = tf.cond(  # elements exactly 0 in this rank's own gradient (scaled or not)
             sample,
@@ -133,8 +143,18 @@ class Step:
         # (apply_gradients returns a variable or None; a read of the step counter it increments
         # last is ordered after it: tf.function runs reads and writes of a variable in order)
         t4 = self._after([self.optimizer.iterations.read_value()])
-        times = tf.cast(tf.stack([t1 - t0, t2 - t1, t3 - t2, t4 - t3]), tf.float32)
-        return tf.stack([loss, correct, small, big, zeros]), times
+        times = tf.cast(tf.stack([t0 - t_prev, t1 - t0, t2 - t1, t3 - t2, t4 - t3]), tf.float32)
+        return tf.stack([loss, correct, small, big, zeros]), times, t4
+
+
+def _sleep(seconds) -> float:
+    """The straggler's wait, outside TensorFlow's thread pools: the host sleeps, as it would
+    while a slower device computes, and leaves the core to the other ranks (a busy wait here
+    would steal CPU from them on a machine with no spare core and blur the lesson)."""
+    s = float(seconds)
+    if s > 0:
+        time.sleep(s)
+    return s
 
 
 __all__ = ["Step", "TIMES"]

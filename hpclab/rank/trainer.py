@@ -39,6 +39,7 @@ from hpclab.rank.meters import (
     decisions,
 )
 from hpclab.rank.step import TIMES, Step
+from hpclab.rank.timeline_window import TimelineWindow
 from hpclab.rank.validation import Validation
 
 CALL_TARGET_S = 0.15  # auto-sized calls last about this long
@@ -157,15 +158,15 @@ class Trainer:
         order = self.feed.order(epoch)
         last = steps - 1
 
-        def body(i, sums, times):
+        def body(i, sums, times, t_prev):
             batch = lambda: self.feed.batch_at(order, start + i)  # noqa: E731 (timed as input)
-            out, took = self.step(batch, tf.equal(i, last))
-            return i + 1, sums + out, times + took
+            out, took, t_end = self.step(batch, tf.equal(i, last), t_prev)
+            return i + 1, sums + out, times + took, t_end
 
-        _, sums, times = tf.while_loop(
+        _, sums, times, _ = tf.while_loop(
             lambda i, *_: i < steps,
             body,
-            (tf.constant(0), tf.zeros(5), tf.zeros(len(TIMES))),
+            (tf.constant(0), tf.zeros(5), tf.zeros(len(TIMES)), self.step.start()),
             parallel_iterations=1,
         )
         decided = tf.cast(decisions, tf.float32)
@@ -224,6 +225,7 @@ class Trainer:
             limit=MAX_STEPS_PER_CALL,
         )
         step, status, error = 0, "finished", None
+        timeline = TimelineWindow(self.hvd, self.run_dir, cfg.timeline_steps, world)
         # Rank 0 decides (stop, publish, next_steps) before each call; the call's allreduce tells
         # every rank, so all act on the same decisions after the same step. next_steps sizes the
         # call after the one that carries it (rank 0 needs one timed call to size the next).
@@ -231,6 +233,7 @@ class Trainer:
         decisions = self._decide(sizer, feed)
 
         t_start = t_prev = time.perf_counter()
+        evaluating = 0.0  # seconds of held-out evaluation since the previous call ended
         feed.publish("running", step)  # tells the client the ranks reached the loop
         while step < self.total_steps:
             epoch, in_epoch = divmod(step, spe)
@@ -242,10 +245,13 @@ class Trainer:
             reduced, took = reduced.numpy(), took.numpy()  # syncs
             t1 = time.perf_counter()
             timing.setdefault("first_call_s", t1 - t0)  # graph optimisation happens here
-            clock.add(k, t1 - t0, t0 - t_prev, took)
-            rates.add_call(k * B * world, t1 - t_prev)
-            t_prev = t1
+            # host time: everything between two calls (Python, telemetry, publishing) but the
+            # evaluation, which is timed apart and is not training time
+            clock.add(k, t1 - t0, t0 - t_prev - evaluating, took)
+            rates.add_call(k * B * world, t1 - t_prev - evaluating)
+            t_prev, evaluating = t1, 0.0
             step += k
+            timeline.after_call(step)
             window.add(reduced, k)
             epochs.add(reduced, k, t0)
             if noise is not None and reduced[R["noise_samples"]] > 0:
@@ -264,7 +270,8 @@ class Trainer:
             due = self.eval_every and (step % self.eval_every == 0 or step >= self.total_steps)
             if status == "finished" and due:
                 t_eval = time.perf_counter()
-                point, t_prev = self.val.subset(), None
+                point = self.val.subset()
+                evaluating += time.perf_counter() - t_eval
                 clock.add_eval(time.perf_counter() - t_eval)
             if reduced[R["publish"]] > 0 or epoch_end or point or status != "finished":
                 detail = self._gather_detail(clock.take())  # every rank, same calls
@@ -284,9 +291,8 @@ class Trainer:
                 val = self.val.full_set() if self.val is not None else (float("nan"),) * 2
                 t = time.perf_counter()
                 clock.add_eval(t - t_eval)  # (lands in the next row's window)
+                evaluating += t - t_eval
                 epochs.close(step, t, t - t_start, self._lr(step), val)
-            if epoch_end or t_prev is None:
-                t_prev = time.perf_counter()  # validation is not training time
             if reduced[R["publish"]] > 0 or epoch_end:
                 feed.publish("running", step, time.perf_counter())
             k_plan = max(1, int(reduced[R["next_steps"]]))
@@ -300,7 +306,10 @@ class Trainer:
                 peak_lr=cfg.peak_lr(world),
             )  # fmt: skip
         feed.publish(status, step, time.perf_counter())  # final rows; every rank left the loop
+        timeline.after_call(step, last=True)
         summary = self._summary(status, error, step, epochs, rates, noise, feed, window, wall0)
+        if self.rank == 0 and timeline.summary is not None:
+            summary["timeline"] = timeline.summary
         summary["train_time_s"] = train_time
         # the rate a user waits on: validation and host time included (Amdahl's serial part)
         summary["overall_samples_per_sec"] = step * B * world / train_time if train_time else None

@@ -23,6 +23,7 @@ from hpclab.views.facts import RunFacts, facts_of, text
 from hpclab.views.skeleton import TraceSpec
 
 PART_COLORS = {
+    "loop": "#b3b3b3",
     "input": "#8da0cb",
     "compute": "#1b9e77",
     "allreduce": "#d95f02",
@@ -152,4 +153,41 @@ def figure(records: Iterable[Any], title: str = "") -> go.Figure:
     return fig
 
 
-__all__ = ["PART_COLORS", "latest", "rank_specs", "run_specs", "pop_note", "pop_text", "figure"]
+def timeline_figure(run_like: Any) -> go.Figure:
+    """A run's Horovod timeline summary (``RunConfig.timeline_steps``): milliseconds per step of
+    each activity Horovod recorded, summed over tensors (:mod:`hpclab.timeline`)."""
+    f = facts_of([run_like])[0]
+    tl = f.summary.get("timeline") or {}
+    per_step = tl.get("ms_per_step") or {}
+    names = sorted(per_step, key=per_step.get)
+    fig = go.Figure(
+        go.Bar(
+            x=[per_step[n] for n in names],
+            y=names,
+            orientation="h",
+            marker=dict(color=PART_COLORS["allreduce"]),
+            hovertemplate="%{y}: %{x:.3f} ms/step<extra></extra>",
+        )
+    )
+    what = f"{tl.get('steps', 0)} steps, {len(tl.get('tensors') or [])} tensor groups"
+    fig.update_layout(
+        title=text(f"Horovod timeline of {f.label}: ms per step by activity ({what})")
+        if tl
+        else "no timeline recorded (RunConfig.timeline_steps = 0, or one worker)",
+        xaxis_title="ms per step (summed over tensors)",
+        template="plotly_white",
+        height=160 + 26 * max(len(names), 1),
+    )
+    return fig
+
+
+__all__ = [
+    "PART_COLORS",
+    "latest",
+    "rank_specs",
+    "run_specs",
+    "pop_note",
+    "pop_text",
+    "figure",
+    "timeline_figure",
+]
