@@ -140,7 +140,7 @@ class Lab:
         self._engine_ids: list[int] = []
         self._lost: str | None = None
         defaults = RunConfig()
-        self._horovod = (defaults.hvd_cycle_time_ms, defaults.hvd_fusion_mb)
+        self._horovod = (defaults.hvd_cycle_time_ms, defaults.hvd_fusion_mb, False)
         _LIVE_LABS.add(self)  # before start(): an interrupted start still gets cleaned up at exit
         self.start()
 
@@ -295,7 +295,8 @@ class Lab:
             )
         cfg.global_batch(self.workers)  # validates workers against cfg (raises ConfigError)
         paths.check_staged(cfg, self.data_dir)  # before any rank waits for another
-        wanted = (cfg.hvd_cycle_time_ms, cfg.hvd_fusion_mb)
+        timeline = self._horovod[2] or cfg.timeline_steps > 0  # once on, it stays on
+        wanted = (cfg.hvd_cycle_time_ms, cfg.hvd_fusion_mb, timeline)
         if self._lost is not None:
             log.warning("the previous engines were lost (%s); restarting them.", self._lost)
             self._horovod = wanted  # one restart, with the settings this run asks for
@@ -303,8 +304,8 @@ class Lab:
         if wanted != self._horovod and self._engines is not None:
             # Horovod reads these once, at hvd.init(): other values need fresh engines.
             log.warning(
-                "restarting the engines for Horovod cycle time %g ms and fusion buffer %g MB "
-                "(they were %g ms and %g MB).",
+                "restarting the engines for Horovod cycle time %g ms, fusion buffer %g MB, "
+                "dynamic timeline %s (they were %g ms, %g MB, %s).",
                 *wanted,
                 *self._horovod,
             )

@@ -31,8 +31,8 @@ PARTS = {
     "compute": ("forward and backward (and a straggler's extra time)", True),
     "allreduce": ("gradient allreduce, including the wait for the slowest rank", False),
     "apply": ("the optimizer's update", True),
-    "sync": ("rest of the call: loop, telemetry allreduce, graph dispatch", False),
-    "host": ("Python between calls (telemetry, stop polling, call sizing)", True),
+    "sync": ("rest of the call: the telemetry allreduce, graph dispatch", False),
+    "host": ("between calls: Python, telemetry, publishing (evaluation apart)", True),
 }
 USEFUL = tuple(name for name, (_, useful) in PARTS.items() if useful)
 

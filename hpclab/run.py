@@ -288,7 +288,7 @@ class Run:
         silent = self._watchdog.silent(pending)
         if not silent:
             return False
-        link = self._link_state() if len(silent) == len(pending) else ""
+        link = self._link_state() if self._watchdog.all_silent(pending) else ""
         verdict = self._watchdog.verdict(pending, link)
         self._fail(
             f"{verdict}; every rank was stopped and the engines are gone — call "

@@ -58,6 +58,12 @@ class Watchdog:
         ranks = range(len(self.ranks)) if among is None else among
         return {r: now - self._changed[r] for r in ranks if now - self._changed[r] > limit}
 
+    def all_silent(self, among: list[int]) -> bool:
+        """Every one of several ranks silent together: past the limit, or within half of it (the
+        ranks' last beats arrived a second or so apart; the first to cross the limit must not
+        be named alone when the path from all of them is what broke)."""
+        return len(among) > 1 and len(self.silent(among, self.hang_s / 2)) == len(among)
+
     def verdict(self, among: list[int] | None = None, link: str = "") -> str | None:
         """A sentence naming the silent rank(s), or None while every rank beats.
 
@@ -68,7 +74,7 @@ class Watchdog:
         silent = self.silent(expected)
         if not silent:
             return None
-        if len(silent) == len(expected) and len(expected) > 1:
+        if self.all_silent(expected):
             worst = max(silent.values())
             why = link or "their heartbeats stopped reaching this client"
             return f"no rank sent a heartbeat for {worst:.0f} s: {why}"

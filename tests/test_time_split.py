@@ -63,24 +63,25 @@ def test_a_30_percent_straggler_lowers_load_balance_and_shows_in_its_compute(lab
     assert summary["time_split"]["load_balance"] == pytest.approx(0.85, abs=0.03)
 
 
-def test_rank0_validation_makes_the_other_ranks_wait(lab):
-    """validation="rank0": rank 0 evaluates the whole held-out set while rank 1 waits, so each
-    evaluation takes longer than the sharded one (Amdahl's serial part; the median evaluation,
-    past the first, which also traces the call)."""
-    eval_time = {}
+def test_rank0_validation_evaluates_the_whole_set_on_rank_0(lab):
+    """validation="rank0": rank 0 evaluates every held-out sample while rank 1 contributes an
+    empty shard, so the same seeded training gives the same figures as sharded evaluation
+    (and the digests show the training was the same). What it costs in time is measured where
+    it can be read above the noise of two shared cores: notebook 06's own E(2) sweep."""
+    runs = {}
     for mode in ("sharded", "rank0"):
-        cfg = RunConfig(epochs=2, eval_samples=8192, eval_every=32, validation=mode)
-        run = lab.run(cfg)
-        run.wait(timeout=600)
-        assert run.status == "finished"
-        evaluated = run.history[run.history["eval_accuracy"].notna()]
-        assert evaluated["eval_accuracy"].iloc[-1] > 0.5
-        # one evaluation per row; the first also traces the evaluation call (hundreds of ms)
-        eval_time[mode] = float(evaluated["eval_ms"].iloc[2:].median())
-    # one rank alone evaluates 8192 samples in the time a single process takes (~27 ms here);
-    # two ranks evaluating 4096 each at once run at ~60 % speed each on this 2-core machine
-    # (~23 ms), so sharding gains ~15 %, not 2x (measured: 23.4 vs 26.6 ms)
-    assert eval_time["rank0"] >= 1.08 * eval_time["sharded"], eval_time
+        cfg = RunConfig(epochs=2, eval_samples=4096, eval_every=64, validation=mode)
+        runs[mode] = lab.run(cfg)
+        runs[mode].wait(timeout=600)
+        assert runs[mode].status == "finished"
+    sharded, rank0 = runs["sharded"], runs["rank0"]
+    assert sharded.summary["weights_digest"] == rank0.summary["weights_digest"]
+    a, b = (r.history[r.history["eval_accuracy"].notna()] for r in (sharded, rank0))
+    assert len(a) == len(b) >= 8
+    np.testing.assert_array_equal(a["eval_accuracy"], b["eval_accuracy"])  # counts: exact
+    np.testing.assert_allclose(a["eval_loss"], b["eval_loss"], rtol=1e-5)  # sums: rounding
+    assert sharded.summary["val_accuracy"] == rank0.summary["val_accuracy"]
+    assert (rank0.history["eval_ms"] > 0).any()
 
 
 def test_a_horovod_timeline_of_n_steps_is_recorded_and_summarised(lab):

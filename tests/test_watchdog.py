@@ -56,6 +56,25 @@ def test_every_rank_silent_blames_the_link_not_a_rank():
     assert solo.verdict().startswith("rank 0 (pid 1000 on node-a) stopped responding")
 
 
+def test_ranks_whose_last_beats_arrived_a_second_apart_are_silent_together():
+    """The link broke for both; rank 0's last beat came 1.5 s before rank 1's. When rank 0
+    crosses the limit, rank 1 is past half of it: the verdict blames the link, not rank 0."""
+    clock = Clock()
+    dog = Watchdog(RANKS[:2], hang_s=8, clock=clock)
+    dog.observe(0, 1)
+    clock.now += 1.5
+    dog.observe(1, 1)
+    clock.now += 6.7  # rank 0 silent 8.2 s, rank 1 6.7 s
+    assert set(dog.silent()) == {0} and dog.all_silent([0, 1])
+    assert dog.verdict(link="the controller exited").startswith("no rank sent a heartbeat")
+    fresh = Watchdog(RANKS[:2], hang_s=8, clock=clock)  # a rank that beat 2 s ago is alive
+    fresh.observe(0, 1)
+    clock.now += 8.5
+    fresh.observe(1, 2)
+    clock.now += 2.0
+    assert not fresh.all_silent([0, 1]) and fresh.verdict().startswith("rank 0 (pid 1000")
+
+
 def test_the_start_counts_as_a_sign_of_life_and_repeats_are_not():
     clock = Clock()
     dog = Watchdog(RANKS[:2], hang_s=5, clock=clock)
