@@ -38,6 +38,8 @@ from browser_util import need_chromium as _need_chromium
 from browser_util import screenshot as _screenshot
 
 from hpclab.catalog import RATE_WINDOW_S
+from hpclab.pop import PARTS
+from hpclab.views.skeleton import PANELS
 
 pytestmark = [pytest.mark.browser, pytest.mark.mpi, pytest.mark.slow]
 
@@ -55,6 +57,8 @@ CELLS = [
 # With a run drawn, the dashboard shows five subplots (before any run plotly draws only the first
 # one's axes, under all five titles); one bare pair of axes means the figure's state was lost.
 SUBPLOTS_JS = "() => document.querySelectorAll('.js-plotly-plot .cartesianlayer .subplot').length"
+# the split panel's stacks: a bar per part per rank (hpclab.views.split)
+BARS_JS = "() => document.querySelectorAll('.hpclab-panel .js-plotly-plot .barlayer .point').length"
 # The dashboard's width over the notebook cell's, and the global throughput line's y values.
 WIDTH_JS = """() => {
   const plot = document.querySelector('.hpclab-panel .js-plotly-plot');
@@ -339,7 +343,8 @@ def test_panel_runs_and_charts_live_in_jupyterlab(jupyterlab):
             # a steady stretch to judge the throughput line by: rows past the first call
             wait_for(lambda: page.evaluate(PLOT_POINTS_JS) >= STEADY_POINTS + 2, 120,
                      f"{STEADY_POINTS + 2} points", page)  # fmt: skip
-            assert page.evaluate(SUBPLOTS_JS) == 5
+            assert page.evaluate(SUBPLOTS_JS) == len(PANELS)
+            assert page.evaluate(BARS_JS) >= len(PARTS)  # the split panel stacks the ranks' parts
             page.evaluate(
                 "document.querySelector('.hpclab-panel').scrollIntoView({block: 'start'})"
             )
@@ -371,7 +376,7 @@ def test_panel_runs_and_charts_live_in_jupyterlab(jupyterlab):
                 f"test_browser: 'stopped' shown {time.monotonic() - t_click:.1f} s after the "
                 "Stop click"
             )
-            assert page.evaluate(SUBPLOTS_JS) == 5
+            assert page.evaluate(SUBPLOTS_JS) == len(PANELS)
             # ... and the recorded rates themselves, unsmoothed, over the same steady stretch
             (record,) = (jupyterlab.root.parent / "runs").glob("*/metrics.jsonl")
             rows = [json.loads(line) for line in record.read_text().splitlines()]
