@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shlex
 import shutil
 import signal
 import subprocess
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from hpclab import slurm
@@ -28,6 +30,16 @@ SHUTDOWN_S = 10.0  # a clean engine shutdown (Horovod and MPI finalise together)
 #: Lab.stop() returns within this: the run's stop (5 s), three bounded steps of SHUTDOWN_S
 #: (clean shutdown, engines, controller), then whatever is left on this host is killed.
 STOP_BOUND_S = 5 + 3 * SHUTDOWN_S + 5
+#: Engines that reached the controller but heard this many heartbeats in a row missing (at
+#: HEARTBEAT_MS each) before registering meet a controller whose heart monitor is gone.
+SILENT_HEART_MISSES = 5
+_MISSED = re.compile(r"No heartbeat in the last \d+ ms \((\d+) time")
+
+
+class _ControllerSilent(Exception):
+    """Engines reached the controller, whose heart monitor (a process of its own) never
+    answered: seen once in CI (a port taken between ipyparallel choosing and binding it?).
+    `EngineSet.start` then starts a new controller once."""
 
 
 class EngineSet:
@@ -49,7 +61,23 @@ class EngineSet:
 
     def start(self):
         """Start everything and return a connected client with all engines registered; on any
-        failure stop what was started and raise LabError with the launcher's output."""
+        failure stop what was started and raise LabError with the launcher's output. A
+        controller whose heart is silent is replaced once, with a new cluster id and folder."""
+        try:
+            return self._start(retry=True)
+        except _ControllerSilent as exc:
+            log.warning("%s; starting a new controller (once).", exc)
+            self.failed = False
+            self._engine_set, self._local, self.phases = None, [], {}
+            suffix = f"-{int(time.time()) % 100000}"
+            self.plan = replace(
+                self.plan,
+                cluster_id=self.plan.cluster_id + suffix,
+                state_dir=self.plan.state_dir + suffix,
+            )
+            return self._start(retry=False)
+
+    def _start(self, retry: bool):
         import ipyparallel as ipp
 
         plan = self.plan
@@ -77,6 +105,17 @@ class EngineSet:
             self.phases["engines_s"] = time.perf_counter() - t1
             self._local = _process_tree(self.cluster.controller, self._engine_set)
             self._reaper = _start_reaper(self._local, self.job_id if plan.mode == "sbatch" else "")
+        except _ControllerSilent as exc:
+            self.failed = True
+            output = self.output()
+            self.stop()
+            if retry:
+                raise
+            raise LabError(
+                f"{plan.workers} MPI engines ({plan.mode}, profile {plan.profile!r}) could not "
+                f"register: {exc}, twice; check that `hpclab doctor` passes."
+                + (f"\nthe launcher said:\n{output[-2000:]}" if output else "")
+            ) from None
         except (TimeoutError, ipp.error.TimeoutError, ipp.error.EngineError) as exc:
             self.failed = True
             output = self.output()
@@ -125,6 +164,12 @@ class EngineSet:
             ended = self._launcher_ended()
             if ended:
                 raise ipp.error.EngineError(ended)
+            missed = max((int(n) for n in _MISSED.findall(self.output())), default=0)
+            if missed >= SILENT_HEART_MISSES:
+                raise _ControllerSilent(
+                    f"the engines reached the controller but heard no heartbeat from it "
+                    f"{missed} times in a row (pid {self.cluster.controller.process.pid})"
+                )
             if time.perf_counter() > deadline:
                 raise TimeoutError(f"{len(self.client.ids)} of {self.plan.workers} registered")
 

@@ -186,6 +186,7 @@ class Lab:
             log.info("launch plan: %s", note)
         self._engines = EngineSet(plan, on_status=self._say)
         self.client = self._engines.start()  # raises LabError and leaves nothing running
+        self.plan = plan = self._engines.plan  # a second controller has a plan of its own
         _stop_forgotten_labs_first()  # ipyparallel has registered its exit hook by now
         ids = sorted(self.client.ids)
         probe = self.runs_dir / f".probe-{plan.cluster_id}"

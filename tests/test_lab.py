@@ -10,6 +10,7 @@ map; `with Lab(...)` must tear down on a normal exit and on an exception; a scri
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -203,6 +204,60 @@ def test_a_users_ipcluster_config_never_leaks_in_and_state_is_private(tmp_path, 
         assert [r["size"] for r in lab.ranks] == [2, 2]
         assert not list(runs.glob(".probe-*"))  # the shared-folder probe is cleaned up
     assert not state.exists()  # a clean stop removes it
+
+
+@pytest.mark.mpi
+def test_a_controller_whose_heart_is_silent_is_replaced_once(tmp_path, monkeypatch, caplog):
+    """A CI run once saw engines reach the controller and hear no heartbeat for 75 s (its
+    heart monitor, a process of its own, was gone). Made so here by killing the controller's
+    heart monitor right after it started: the engines' missed heartbeats are noticed and a
+    second controller serves the lab."""
+    import ipyparallel as ipp
+
+    original = ipp.Cluster.start_controller  # start_controller_sync wraps it (by __getattr__)
+    first: list[tuple[psutil.Process, str]] = []
+
+    async def start_controller_then_stop_its_heart(self, *args, **kwargs):
+        out = await original(self, *args, **kwargs)
+        if not first:  # the heart monitor: the child that listens on the hb_ping port
+            name = f"ipcontroller-{self.cluster_id}-engine.json"
+            connection = Path(self.profile_dir) / "security" / name
+            controller = psutil.Process(self.controller.process.pid)
+            deadline = time.time() + 30
+            while time.time() < deadline:
+                await asyncio.sleep(0.1)
+                try:  # written once the controller is up
+                    info = json.loads(connection.read_text())
+                except (OSError, ValueError):
+                    continue
+                heart = [
+                    child
+                    for child in controller.children()
+                    for conn in child.net_connections("tcp")
+                    if conn.status == psutil.CONN_LISTEN and conn.laddr.port == info["hb_ping"]
+                ]
+                if heart:
+                    break
+            heart[0].kill()
+            first.append((controller, self.cluster_id))
+        return out
+
+    monkeypatch.setattr(ipp.Cluster, "start_controller", start_controller_then_stop_its_heart)
+    before = our_children()
+    t0 = time.perf_counter()
+    with caplog.at_level(logging.WARNING, logger="hpclab.engines"):
+        with Lab(workers=2, runs_dir=tmp_path, verbose=False) as lab:
+            took = time.perf_counter() - t0
+            (silent, silent_id), *_ = first
+            assert not alive(silent.pid)  # the silent controller was stopped
+            assert lab.healthy and [r["rank"] for r in lab.ranks] == [0, 1]
+            assert lab.plan.cluster_id.startswith(silent_id + "-")  # a new cluster and folder
+            pids = rank_pids(lab)
+    assert (
+        "heard no heartbeat from it" in caplog.text and "starting a new controller" in caplog.text
+    )
+    print(f"[silent controller] replaced and started in {took:.1f} s")
+    assert wait_gone(pids) == [] and our_children() - before == set()
 
 
 HOROVOD_KEYS = ("HOROVOD_CYCLE_TIME", "HOROVOD_FUSION_THRESHOLD")
