@@ -1,0 +1,90 @@
+"""`probe(lab, layout, ...)`: every real rank reads a dataset store for a few epochs; what each
+rank's epoch cost, as a table — the measurement behind the I/O lesson (notebook 07).
+
+The store (`hpclab.rank.stores`) is written once under ``<runs_dir>/.stores`` from the run's own
+MNIST-1D training split, then each engine reads its part epoch by epoch and counts ``stat``,
+``open`` and read requests. ``real_s`` is measured here (the page cache serves it);
+``simulated_s`` is a slow shared path's latency times the metadata operations, labelled as
+simulated. With `stage`, each rank first copies the store to node-local storage (``/dev/shm``
+here) and then reads it at no simulated latency: the copy's cost is the row of epoch -1.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+
+from hpclab.errors import ConfigError
+
+TIMEOUT_S = 300.0
+
+
+def probe(
+    lab,
+    layout: str = "files",
+    *,
+    shuffle: str = "local",
+    epochs: int = 2,
+    num_samples: int = 8000,
+    seed: int = 0,
+    latency_ms: float = 0.0,
+    stage: bool = False,
+) -> pd.DataFrame:
+    """One row per rank and epoch: rank, epoch, layout, shuffle, samples, stat, open, read,
+    bytes, remote, real_s, simulated_s (see `hpclab.rank.stores.EpochIO`)."""
+    from hpclab.rank import data, stores
+
+    _check_args(layout, shuffle, epochs, num_samples, latency_ms, stores)
+    if not lab.healthy:
+        raise ConfigError("probe needs a running lab; call lab.restart() first.")
+    root = Path(lab.runs_dir) / ".stores" / f"mnist1d-n{num_samples}-s{seed}"
+    arrays = data.load_arrays(
+        {"dataset": "mnist1d", "num_samples": num_samples, "seed": seed}, lab.data_dir
+    )
+    for kind in ("files", "packed"):
+        stores.write(kind, arrays.x_train, arrays.y_train, root)
+    stage_to = ""
+    if stage:
+        shm = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
+        stage_to = str(Path(shm) / f"hpclab-{getpass.getuser()}-{os.getpid()}")
+    ids = sorted(lab.client.ids)
+    per_rank = (
+        lab.client[ids]
+        .apply_async(
+            stores.rank_epochs,
+            str(root),
+            layout,
+            shuffle,
+            epochs,
+            seed=seed,
+            latency_ms=latency_ms,
+            stage_to=stage_to,
+        )  # fmt: skip
+        .get(timeout=TIMEOUT_S)
+    )
+    rows = [row for rank_rows in per_rank for row in rank_rows]
+    return pd.DataFrame(rows).sort_values(["epoch", "rank"], ignore_index=True)
+
+
+def _check_args(layout, shuffle, epochs, num_samples, latency_ms, stores) -> None:
+    if layout not in stores.LAYOUTS:
+        raise ConfigError(
+            f"layout must be one of {', '.join(stores.LAYOUTS)}; you passed {layout!r}."
+        )
+    if shuffle not in stores.SHUFFLES:
+        raise ConfigError(
+            f"shuffle must be one of {', '.join(stores.SHUFFLES)}; you passed {shuffle!r}."
+        )
+    if not (isinstance(epochs, int) and 1 <= epochs <= 100):
+        raise ConfigError(f"epochs must be an integer from 1 to 100; you passed {epochs!r}.")
+    if not (isinstance(num_samples, int) and 100 <= num_samples <= 200_000):
+        raise ConfigError(
+            f"num_samples must be an integer from 100 to 200000 (a files store writes one file "
+            f"per sample); you passed {num_samples!r}."
+        )
+    if not (isinstance(latency_ms, (int, float)) and 0 <= latency_ms <= 1000):
+        raise ConfigError(f"latency_ms must be from 0 to 1000; you passed {latency_ms!r}.")
