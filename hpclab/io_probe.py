@@ -7,6 +7,9 @@ MNIST-1D training split, then each engine reads its part epoch by epoch and coun
 ``simulated_s`` is a slow shared path's latency times the metadata operations, labelled as
 simulated. With `stage`, each rank first copies the store to node-local storage (``/dev/shm``
 here) and then reads it at no simulated latency: the copy's cost is the row of epoch -1.
+
+Each probe is recorded as a CSV under ``<runs_dir>/.io/`` (run listings look only at folders
+with a ``config.json``); `table(frames)` puts probes side by side, one row each.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import getpass
 import os
 import tempfile
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -67,7 +71,38 @@ def probe(
         .get(timeout=TIMEOUT_S)
     )
     rows = [row for rank_rows in per_rank for row in rank_rows]
-    return pd.DataFrame(rows).sort_values(["epoch", "rank"], ignore_index=True)
+    frame = pd.DataFrame(rows).sort_values(["epoch", "rank"], ignore_index=True)
+    frame["latency_ms"], frame["staged"] = float(latency_ms), bool(stage)
+    record = Path(lab.runs_dir) / ".io"
+    record.mkdir(mode=0o700, exist_ok=True)
+    name = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{len(list(record.iterdir()))}"
+    frame.to_csv(record / f"{name}-{layout}-{shuffle}.csv", index=False)
+    return frame
+
+
+def table(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """One row per probe: per rank and epoch on average, operations, MB, the share of samples
+    read from outside the rank's shard, real and simulated seconds; staging's one-off cost."""
+    out = []
+    for frame in frames:
+        epochs, copy = frame[frame.epoch >= 0], frame[frame.epoch < 0]
+        out.append(
+            {
+                "layout": epochs.layout.iloc[0],
+                "shuffle": epochs.shuffle.iloc[0],
+                "staged": bool(frame.staged.iloc[0]),
+                "latency_ms (simulated)": frame.latency_ms.iloc[0],
+                "samples": int(epochs.samples.mean()),
+                "open": epochs.open.mean(),
+                "read": epochs.read.mean(),
+                "MB": epochs.bytes.mean() / 1e6,
+                "remote share": epochs.remote.mean() / epochs.samples.mean(),
+                "real ms": 1000 * epochs.real_s.mean(),
+                "simulated s": epochs.simulated_s.mean(),
+                "staging simulated s": copy.simulated_s.mean() if len(copy) else 0.0,
+            }
+        )
+    return pd.DataFrame(out)
 
 
 def _check_args(layout, shuffle, epochs, num_samples, latency_ms, stores) -> None:

@@ -40,6 +40,7 @@ EXPECTED = [
     "04_scaling_out",
     "05_critical_batch",
     "06_where_time_goes",
+    "07_input_and_io",
 ]
 
 CELL_TIMEOUT_S = 300  # one cell (a sweep) may take this long before nbclient gives up
@@ -73,7 +74,35 @@ def _claim_06(runs_dir: Path) -> str:
     return f"load balance {lb}, E(2) overall {series}, timeline ms/step {timeline}"
 
 
-CLAIMS = {"06_where_time_goes": _claim_06}
+def _claim_07(runs_dir: Path) -> str:
+    """Notebook 07: small files open one file per sample of the rank per epoch, packed one; at
+    1 ms per metadata operation that is 6.4 s against 2 ms; staging costs about two epochs once
+    and leaves the epochs free; a global shuffle reads half its samples from outside the shard
+    and the whole packed file on every rank."""
+    import pandas as pd
+
+    probes = [pd.read_csv(p) for p in sorted((runs_dir / ".io").glob("*.csv"))]
+    assert len(probes) == 7, [p.layout.iloc[0] for p in probes]
+    files, packed, slow_files, slow_packed, staged, local, spread = probes
+    per_rank = 3200  # 8,000 samples, 6,400 for training, two ranks
+    assert list(files.open) == list(files.stat) == [per_rank] * 4, files
+    assert list(packed.open) == [1] * 4 and packed.read.max() <= 3, packed
+    assert list(slow_files.simulated_s) == pytest.approx([2 * per_rank * 0.001] * 2)
+    assert list(slow_packed.simulated_s) == pytest.approx([0.002] * 2)
+    copy, epochs = staged[staged.epoch < 0], staged[staged.epoch >= 0]
+    assert list(copy.simulated_s) == pytest.approx([2 * (2 * per_rank + 1) * 0.001] * 2)
+    assert list(epochs.simulated_s) == [0.0] * 6 and list(epochs.open) == [per_rank] * 6
+    whole = 2 * per_rank * (40 * 4 + 4)  # bytes of the packed file
+    assert list(spread.bytes) == [whole] * 4 and local.bytes.max() <= 0.8 * whole, (local, spread)
+    share = spread.remote / spread.samples
+    assert share.between(0.45, 0.55).all() and list(local.remote) == [0] * 4, spread
+    return (
+        f"files open {per_rank}/rank/epoch, packed 1; global remote share "
+        f"{share.min():.3f}-{share.max():.3f}; bytes local {local.bytes.max()} vs global {whole}"
+    )
+
+
+CLAIMS = {"06_where_time_goes": _claim_06, "07_input_and_io": _claim_07}
 
 
 def _ids(paths):
