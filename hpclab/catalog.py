@@ -46,6 +46,10 @@ PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
 #: allreduce per tensor, each free to start as soon as its gradient exists (overlap with backprop).
 GRAD_ALLREDUCES = ("grouped", "per_tensor")
 VALIDATIONS = ("sharded", "rank0")  # who evaluates the held-out set (Amdahl's lesson)
+#: Input augmentation (hpclab.rank.augment): none, online (every batch, inside the step's input
+#: part) or offline (once over the shard, before training).
+AUGMENTS = ("none", "online", "offline")
+MAX_AUGMENT_COST = 10_000  # noise passes per batch (≈ 0.05-0.1 ms each, batch 64 of MNIST-1D)
 
 # -- limits -------------------------------------------------------------------------------------
 MAX_WORKERS = 512  # MPI engines one Lab starts
@@ -86,6 +90,8 @@ __all__ = [
     "PRECISIONS",
     "GRAD_ALLREDUCES",
     "VALIDATIONS",
+    "AUGMENTS",
+    "MAX_AUGMENT_COST",
     "MAX_WORKERS",
     "MAX_THREADS_PER_WORKER",
     "MAX_STEPS_PER_CALL",

@@ -17,12 +17,14 @@ from typing import Any
 
 from hpclab import scaling
 from hpclab.catalog import (
+    AUGMENTS,
     DATASETS,
     EVAL_POINTS,
     GENERATED_VALIDATION_FRACTION,
     GRAD_ALLREDUCES,
     LR_SCALINGS,
     LR_SCHEDULES,
+    MAX_AUGMENT_COST,
     MAX_STEPS_PER_CALL,
     MAX_TOTAL_STEPS,
     MAX_WORKERS,
@@ -94,6 +96,10 @@ class RunConfig:
     validation: str = knob(
         "sharded", "held-out evaluation: sharded over ranks, or rank0 alone (the others wait)"
     )
+    augment: str = knob(
+        "none", "input augmentation: none, online (every batch, in the step) or offline (once)"
+    )
+    augment_cost: int = knob(1, "augmentation work: noise passes per batch (same statistics)")
     timeline_steps: int = knob(
         0, "record Horovod's timeline over this many steps after the first call (0 = off)"
     )
@@ -329,6 +335,8 @@ def _validate(cfg: RunConfig) -> None:
     _choice(cfg, "precision", PRECISIONS)
     _choice(cfg, "grad_allreduce", GRAD_ALLREDUCES)
     _choice(cfg, "validation", VALIDATIONS)
+    _choice(cfg, "augment", AUGMENTS)
+    _int_range(cfg, "augment_cost", 1, MAX_AUGMENT_COST)
     _int_range(cfg, "num_samples", 100, 10_000_000)
     _int_range(cfg, "batch_per_worker", 1, 65536)
     _int_range(cfg, "base_batch", 1, 10_000_000)

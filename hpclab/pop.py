@@ -10,6 +10,7 @@ structured approach to performance analysis", Tools for High Performance Computi
     load balance            LB  = mean_r(useful_r) / max_r(useful_r)
     communication efficiency CommE = max_r(useful_r) / T
     parallel efficiency      PE  = LB x CommE = mean_r(useful_r) / T
+    input share                  mean_r(input_r) / T  (the step waiting for its data)
 
 ``useful_r`` is rank r's time outside communication (the loop, input, forward/backward, the
 optimizer's update and the host's Python between calls) and ``T`` the window's wall time (the busiest rank's
@@ -52,7 +53,8 @@ def split(seconds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 
 def efficiencies(parts: dict[str, np.ndarray]) -> dict[str, float]:
-    """POP's load balance, communication and parallel efficiency of one window (module doc).
+    """POP's load balance, communication and parallel efficiency of one window (module doc),
+    and the share of the window the ranks spent producing their batches (``input_share``).
 
     NaN when the window holds no time at all (nothing to judge)."""
     useful = sum(np.asarray(parts[name], dtype=float) for name in USEFUL)
@@ -61,9 +63,16 @@ def efficiencies(parts: dict[str, np.ndarray]) -> dict[str, float]:
     top = float(np.max(useful, initial=0.0))
     if T <= 0 or top <= 0:
         nan = float("nan")
-        return {"load_balance": nan, "comm_efficiency": nan, "parallel_efficiency": nan}
+        keys = ("load_balance", "comm_efficiency", "parallel_efficiency", "input_share")
+        return dict.fromkeys(keys, nan)
     lb, comm = float(np.mean(useful)) / top, top / T
-    return {"load_balance": lb, "comm_efficiency": comm, "parallel_efficiency": lb * comm}
+    return {
+        "load_balance": lb,
+        "comm_efficiency": comm,
+        "parallel_efficiency": lb * comm,
+        # not a POP factor: the input pipeline lesson's "the step waits X % for its data"
+        "input_share": float(np.mean(np.asarray(parts["input"], dtype=float))) / T,
+    }
 
 
 def straggler_factor(slowdown_pct: float) -> float:

@@ -212,6 +212,7 @@ def test_the_split_panel_stacks_each_ranks_parts_and_names_pop_efficiencies(tmp_
     note = next(a.text for a in dash.fig.layout.annotations if a.name == "pop_note")
     assert f"LB {last['load_balance']:.2f}" in note
     assert f"PE {last['parallel_efficiency']:.2f}" in note
+    assert f"input {last['input_share']:.0%}" in note  # the step waiting for its batch
     assert last["load_balance"] < 1.0 and last["comm_efficiency"] < 1.0
 
 

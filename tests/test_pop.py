@@ -62,3 +62,9 @@ def test_sync_is_the_untimed_rest_of_the_call_and_never_negative():
     out = split(raw)
     assert list(out) == list(PARTS)
     assert out["sync"] == pytest.approx([0.5, 0.0])
+
+
+def test_the_input_share_is_the_mean_input_time_over_the_window():
+    eff = efficiencies(parts(input=[3.0, 1.0], compute=[5.0, 7.0], allreduce=[0.0, 2.0]))
+    assert eff["input_share"] == pytest.approx((3.0 + 1.0) / 2 / 10.0)  # T: rank 1's 10 s
+    assert math.isnan(efficiencies(parts(compute=[0.0, 0.0]))["input_share"])

@@ -63,6 +63,26 @@ def test_a_30_percent_straggler_lowers_load_balance_and_shows_in_its_compute(lab
     assert summary["time_split"]["load_balance"] == pytest.approx(0.85, abs=0.03)
 
 
+def test_online_augmentation_is_paid_in_the_input_part_offline_before_training(lab):
+    """The input lesson: the same augmentation (30 noise passes a batch) done online makes every
+    step wait for its batch, so the input share of the step rises far above a plain run's; done
+    offline it costs the steps nothing: its time is spent once, before training, and recorded."""
+    shares, summaries = {}, {}
+    for mode in ("none", "online", "offline"):
+        run = lab.run(RunConfig(**{**BASE, "epochs": 3}, augment=mode, augment_cost=30))
+        summaries[mode] = run.wait(timeout=600)
+        assert run.status == "finished", run.error
+        shares[mode] = summaries[mode]["time_split"]["input_share"]
+        if mode == "online":
+            live = _steady(run)["input_share"]
+    print(f"[augment] input share {shares}, live online {live.min():.2f}-{live.max():.2f}")
+    assert shares["online"] > shares["none"] + 0.3, shares
+    assert shares["offline"] < shares["none"] + 0.05, shares
+    assert live.min() > shares["none"] + 0.2, live.tolist()  # every steady window shows it
+    assert summaries["offline"]["augment_offline_s"] > 0
+    assert summaries["none"]["augment_offline_s"] == summaries["online"]["augment_offline_s"] == 0
+
+
 def test_rank0_validation_evaluates_the_whole_set_on_rank_0(lab):
     """validation="rank0": rank 0 evaluates every held-out sample while rank 1 contributes an
     empty shard, so the same seeded training gives the same figures as sharded evaluation

@@ -7,7 +7,8 @@ model's step; hpclab issue 10). MNIST-1D's 32k × 40 floats are 5 MB, so holding
 resident costs nothing; a staged CIFAR-10 shard is 600 MB per rank in float32, still fine for
 the lab's sizes.
 
-* :class:`ResidentShard` — this rank's training shard as tensors; epoch ``e`` visits it in a
+* :class:`ResidentShard` — this rank's training shard as tensors, augmented once (``offline``) or
+  every batch (``online``, :mod:`hpclab.rank.augment`); epoch ``e`` visits it in a
   seeded order (``stateless_shuffle`` of the indices with seed ``(seed·1000003 + rank, e)``:
   different per rank and per epoch, identical on a re-run), and step ``s`` of the epoch takes
   ``order[s·B : (s+1)·B]`` — every sample at most once an epoch, the remainder dropped.
@@ -18,8 +19,12 @@ the lab's sizes.
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import tensorflow as tf
+
+from hpclab.rank.augment import augment as augment_batch
 
 SEED_STRIDE = 1_000_003  # seed·stride + rank: distinct shuffle streams per rank and run seed
 
@@ -27,7 +32,10 @@ SEED_STRIDE = 1_000_003  # seed·stride + rank: distinct shuffle streams per ran
 class ResidentShard:
     """A rank's training samples held as tensors; batches are gathered inside the graph."""
 
-    def __init__(self, x: np.ndarray, y: np.ndarray, *, batch: int, seed: int, rank: int):
+    def __init__(
+        self, x: np.ndarray, y: np.ndarray, *, batch: int, seed: int, rank: int,
+        augment: str = "none", augment_cost: int = 1,
+    ):  # fmt: skip
         batch = int(batch)
         if batch < 1 or len(x) < batch:
             raise ValueError(
@@ -36,21 +44,33 @@ class ResidentShard:
             )
         if len(x) != len(y):
             raise ValueError(f"x and y differ in length: {len(x)} inputs, {len(y)} labels.")
-        self.x = tf.constant(x)
-        self.y = tf.constant(y)
         self.n, self.batch = len(x), batch
         self.steps_per_epoch = self.n // batch
         self._seed = tf.constant(int(seed) * SEED_STRIDE + int(rank), tf.int64)
+        self.online, self.cost = augment == "online", int(augment_cost)
+        self.offline_s = 0.0  # seconds the offline augmentation took, before training
+        self.x = tf.constant(x)
+        self.y = tf.constant(y)
+        if augment == "offline":
+            t0 = time.perf_counter()
+            seed = tf.stack([self._seed, tf.constant(-1, tf.int64)])
+            self.x = tf.constant(augment_batch(self.x, seed, self.cost).numpy())
+            self.offline_s = time.perf_counter() - t0
 
     def order(self, epoch) -> tf.Tensor:
         """The sample order of epoch ``epoch`` (a scalar tensor or int), as int32 indices."""
         seed = tf.stack([self._seed, tf.cast(epoch, tf.int64)])
         return tf.random.experimental.stateless_shuffle(tf.range(self.n, dtype=tf.int32), seed)
 
-    def batch_at(self, order: tf.Tensor, step) -> tuple[tf.Tensor, tf.Tensor]:
-        """Step ``step`` of the epoch whose ``order`` is given: ``batch`` samples and labels."""
+    def batch_at(self, order: tf.Tensor, step, epoch=0) -> tuple[tf.Tensor, tf.Tensor]:
+        """Step ``step`` of the epoch whose ``order`` is given: ``batch`` samples and labels
+        (augmented here when ``online``, with a draw of its own for each epoch and step)."""
         idx = order[step * self.batch : (step + 1) * self.batch]
-        return tf.gather(self.x, idx), tf.gather(self.y, idx)
+        x = tf.gather(self.x, idx)
+        if self.online:
+            at = tf.cast(epoch, tf.int64) * self.steps_per_epoch + tf.cast(step, tf.int64)
+            x = augment_batch(x, tf.stack([self._seed, at]), self.cost)
+        return x, tf.gather(self.y, idx)
 
 
 class SyntheticBatch:
@@ -71,7 +91,7 @@ class SyntheticBatch:
     def order(self, epoch) -> tf.Tensor:
         return tf.zeros([0], tf.int32)
 
-    def batch_at(self, order: tf.Tensor, step) -> tuple[tf.Tensor, tf.Tensor]:
+    def batch_at(self, order: tf.Tensor, step, epoch=0) -> tuple[tf.Tensor, tf.Tensor]:
         return self.x, self.y
 
 

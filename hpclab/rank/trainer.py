@@ -134,7 +134,10 @@ class Trainer:
         # Horovod: each rank trains on its own shard of the training set and validates on its
         # own shard of the validation set.
         x, y = data.shard(arrays.x_train, arrays.y_train, self.rank, self.world)
-        self.feed = feed.ResidentShard(x, y, batch=B, seed=cfg.seed, rank=self.rank)
+        self.feed = feed.ResidentShard(
+            x, y, batch=B, seed=cfg.seed, rank=self.rank,
+            augment=cfg.augment, augment_cost=cfg.augment_cost,
+        )  # fmt: skip
         if self.feed.steps_per_epoch < self.steps_per_epoch:
             raise ValueError(
                 f"{cfg.dataset}: this rank holds {len(x)} training samples, enough for "
@@ -159,7 +162,7 @@ class Trainer:
         last = steps - 1
 
         def body(i, sums, times, t_prev):
-            batch = lambda: self.feed.batch_at(order, start + i)  # noqa: E731 (timed as input)
+            batch = lambda: self.feed.batch_at(order, start + i, epoch)  # noqa: E731 (timed as input)
             out, took, t_end = self.step(batch, tf.equal(i, last), t_prev)
             return i + 1, sums + out, times + took, t_end
 
@@ -311,6 +314,7 @@ class Trainer:
         if self.rank == 0 and timeline.summary is not None:
             summary["timeline"] = timeline.summary
         summary["train_time_s"] = train_time
+        summary["augment_offline_s"] = getattr(self.feed, "offline_s", 0.0)  # before training
         # the rate a user waits on: validation and host time included (Amdahl's serial part)
         summary["overall_samples_per_sec"] = step * B * world / train_time if train_time else None
         return {**summary, **timing}

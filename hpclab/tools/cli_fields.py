@@ -31,6 +31,7 @@ CHOICES = {
     "precision": catalog.PRECISIONS,
     "grad_allreduce": catalog.GRAD_ALLREDUCES,
     "validation": catalog.VALIDATIONS,
+    "augment": catalog.AUGMENTS,
 }
 
 _TRUE = ("1", "true", "yes", "on")

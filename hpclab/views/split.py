@@ -97,12 +97,15 @@ def run_specs(f: RunFacts, key_prefix: str, first: bool) -> list[TraceSpec]:
 
 
 def pop_note(f: RunFacts) -> str:
-    """'POP: LB 0.99 × comm 0.85 = PE 0.84 · step 3.10 ms' of the latest window ('' before it)."""
+    """'POP: LB 0.99 × comm 0.85 = PE 0.84 · input 4 % · step 3.10 ms' of the latest window
+    ('' before it); input: the share of the step spent producing the batch."""
     row = latest(f.history)
     pop = pop_text(dict(row)) if row is not None else ""
     if not pop:
         return ""
-    return f"POP: {pop} · step {row.get('step_ms', float('nan')):.2f} ms"
+    share = row.get("input_share")
+    waits = f" · input {share:.0%}" if isinstance(share, float) and math.isfinite(share) else ""
+    return f"POP: {pop}{waits} · step {row.get('step_ms', float('nan')):.2f} ms"
 
 
 def pop_text(split: dict) -> str:
