@@ -75,12 +75,22 @@ def _claim_06(runs_dir: Path) -> str:
 
 
 def _claim_07(runs_dir: Path) -> str:
-    """Notebook 07: small files open one file per sample of the rank per epoch, packed one; at
+    """Notebook 07: online augmentation makes the step wait for its data (input share above
+    one half), offline does not; small files open one file per sample of the rank per epoch, packed one; at
     1 ms per metadata operation that is 6.4 s against 2 ms; staging costs about two epochs once
     and leaves the epochs free; a global shuffle reads half its samples from outside the shard
     and the whole packed file on every rank."""
     import pandas as pd
 
+    from hpclab import load_run
+
+    runs = {
+        r.config["name"]: r for r in (load_run(p.parent) for p in runs_dir.glob("*/config.json"))
+    }
+    share = {name: r.summary["time_split"]["input_share"] for name, r in runs.items()}
+    assert share["online, cost 30"] > max(0.5, share["plain"] + 0.3), share
+    assert share["offline, cost 30"] < share["plain"] + 0.05, share
+    assert runs["offline, cost 30"].summary["augment_offline_s"] > 0
     probes = [pd.read_csv(p) for p in sorted((runs_dir / ".io").glob("*.csv"))]
     assert len(probes) == 7, [p.layout.iloc[0] for p in probes]
     files, packed, slow_files, slow_packed, staged, local, spread = probes
@@ -94,11 +104,11 @@ def _claim_07(runs_dir: Path) -> str:
     assert list(epochs.simulated_s) == [0.0] * 6 and list(epochs.open) == [per_rank] * 6
     whole = 2 * per_rank * (40 * 4 + 4)  # bytes of the packed file
     assert list(spread.bytes) == [whole] * 4 and local.bytes.max() <= 0.8 * whole, (local, spread)
-    share = spread.remote / spread.samples
-    assert share.between(0.45, 0.55).all() and list(local.remote) == [0] * 4, spread
+    remote = spread.remote / spread.samples
+    assert remote.between(0.45, 0.55).all() and list(local.remote) == [0] * 4, spread
     return (
-        f"files open {per_rank}/rank/epoch, packed 1; global remote share "
-        f"{share.min():.3f}-{share.max():.3f}; bytes local {local.bytes.max()} vs global {whole}"
+        f"input share {share}; files open {per_rank}/rank/epoch, packed 1; global remote share "
+        f"{remote.min():.3f}-{remote.max():.3f}; bytes local {local.bytes.max()} vs global {whole}"
     )
 
 

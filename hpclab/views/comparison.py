@@ -189,8 +189,9 @@ def table_html(table: pd.DataFrame) -> str:
     )
 
 
-#: POP's efficiencies over the whole run (summary "time_split"; hpclab.pop); None for old records
-POP_COLUMNS = ("load_balance", "comm_efficiency", "parallel_efficiency")
+#: POP's efficiencies over the whole run (summary "time_split"; hpclab.pop), and the share of the
+#: step spent producing batches (the input lesson); None for old records
+POP_COLUMNS = ("load_balance", "comm_efficiency", "parallel_efficiency", "input_share")
 
 
 def compare(runs: Iterable[Any], target: float | None = None) -> Comparison:
