@@ -3,10 +3,15 @@ ranks, as a table and a log-log chart (`hpclab.rank.collectives` does the timing
 
 Every rank of a lab on one machine talks through shared memory, so the result is labelled
 ``intra-node``; across nodes the same sweep measures the network (InfiniBand, Slingshot), whose
-latency is microseconds higher and whose bandwidth is lower than memory's.
+latency is microseconds higher and whose bandwidth is lower than memory's. Each sweep is
+recorded as a CSV under ``<runs_dir>/.comm/``.
 """
 
 from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
 
 import pandas as pd
 import plotly.graph_objects as go
@@ -38,6 +43,9 @@ def allreduce_sweep(lab, sizes=SIZES, repeats: int = 10) -> pd.DataFrame:
     frame = pd.DataFrame([row for rows in per_rank for row in rows if row["rank"] == 0])
     hosts = {r.get("node") or r.get("host") for r in lab.ranks}
     frame["where"] = "intra-node" if len(hosts) <= 1 else f"{len(hosts)} nodes"
+    record = Path(lab.runs_dir) / ".comm"
+    record.mkdir(mode=0o700, exist_ok=True)
+    frame.to_csv(record / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.csv", index=False)
     return frame
 
 
