@@ -50,7 +50,8 @@ BUDGET_S = 180  # what a notebook may take on 2 cores (warned about, not failed)
 def _claim_06(runs_dir: Path) -> str:
     """Notebook 06: a 30 % straggler lowers load balance to about 0.85, clearly below the balanced
     run's; the timeline records the negotiation; rank-0 validation lowers the measured E(2) of
-    the notebook's own Amdahl sweep below the sharded one."""
+    the notebook's own Amdahl sweep below the sharded one; small allreduces are latency-bound,
+    large ones bandwidth-bound."""
     from hpclab import load_run
     from hpclab.views.scaling_charts import scaling_series
 
@@ -71,7 +72,18 @@ def _claim_06(runs_dir: Path) -> str:
     assert set(series) == {"sharded", "rank0"}, series
     assert series["rank0"] < series["sharded"] - 0.05, series
     timeline = {k: round(v, 3) for k, v in traced[0].summary["timeline"]["ms_per_step"].items()}
-    return f"load balance {lb}, E(2) overall {series}, timeline ms/step {timeline}"
+    import pandas as pd
+
+    (sweep,) = [pd.read_csv(p).set_index("bytes") for p in (runs_dir / ".comm").glob("*.csv")]
+    ms, bw = sweep["ms"], sweep["busbw_GBps"]
+    assert (sweep["where"] == "intra-node").all()
+    assert ms[2**14] < 2 * ms[2**10], ms  # latency-bound: 16x the bytes, about the same time
+    assert ms[2**26] > 8 * ms[2**22], ms  # bandwidth-bound: 16x the bytes, ~16x the time
+    assert bw[2**26] > 20 * bw[2**10], bw
+    return (
+        f"load balance {lb}, E(2) overall {series}, timeline ms/step {timeline}, "
+        f"allreduce ms {ms.round(3).to_dict()}"
+    )
 
 
 def _claim_07(runs_dir: Path) -> str:
