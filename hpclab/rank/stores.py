@@ -20,8 +20,8 @@ Layouts (:data:`LAYOUTS`):
   a sample is ``stat`` + ``open`` + ``read`` + ``close``: an epoch costs one ``open`` per sample.
 * ``packed`` — every sample back to back in ``packed.bin`` (a TFRecord-like file), read in
   requests of :data:`CHUNK_BYTES` (``tf.data.TFRecordDataset``'s default ``buffer_size``,
-  ``readers._DEFAULT_READER_BUFFER_SIZE_BYTES``, is 256 KiB): one ``open`` per epoch whatever the sample count; the requests are the chunks that
-  hold any sample the rank needs.
+  ``readers._DEFAULT_READER_BUFFER_SIZE_BYTES``, is 256 KiB): one ``open`` per epoch whatever
+  the sample count; the requests are the chunks that hold any sample the rank needs.
 * ``memory`` — the arrays already in RAM: no operation at all.
 
 Shuffles (:data:`SHUFFLES`): ``local`` — a rank keeps its contiguous shard every epoch and
