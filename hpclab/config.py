@@ -380,6 +380,8 @@ def _validate(cfg: RunConfig) -> None:
         or not all(1 <= s <= 1024 for s in shape)
     ):
         _fail("image_shape", shape, "three integers (height, width, channels), each 1..1024")
+    if cfg.augment != "none" and cfg.dataset == "synthetic":  # one random batch, never augmented
+        _fail("augment", cfg.augment, "'none' with dataset 'synthetic' (its batch is random)")
     fits = models_for(cfg.dataset)
     if cfg.model not in fits:
         _fail("model", cfg.model, f"a model for dataset {cfg.dataset!r}: one of {', '.join(fits)}")

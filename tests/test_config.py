@@ -53,7 +53,15 @@ BAD = [
     ("image_shape", (32, 0, 3), "three integers"),
     ("name", 5, "string"),
     ("tags", ("ok", 3), "list of strings"),
+    ("augment", "always", "'none', 'online', 'offline'"),
+    ("augment_cost", 0, "integer from 1"),
+    ("augment_cost", 10_001, "to 10000"),
 ]
+
+
+def test_augmenting_synthetic_data_is_refused_not_ignored():
+    with pytest.raises(ValueError, match="with dataset 'synthetic'.*you passed augment='online'"):
+        RunConfig(dataset="synthetic", model="resnet20", augment="online")
 
 
 @pytest.mark.parametrize("field,value,words", BAD, ids=[f"{f}={v!r}" for f, v, _ in BAD])
