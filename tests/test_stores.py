@@ -113,20 +113,20 @@ def test_an_unknown_layout_or_shuffle_is_named(call, field):
 
 
 @pytest.mark.mpi
-def test_on_real_ranks_files_open_one_per_sample_packed_once_staging_leaves_nothing(lab2):
+def test_on_real_ranks_files_open_one_per_sample_packed_once_staging_leaves_nothing(lab):
     from hpclab import io_probe
     from hpclab.catalog import GENERATED_VALIDATION_FRACTION
 
     n = 2000
     per_rank = (n - round(n * GENERATED_VALIDATION_FRACTION)) // 2
-    files = io_probe.probe(lab2, "files", epochs=2, num_samples=n)
+    files = io_probe.probe(lab, "files", epochs=2, num_samples=n)
     assert list(files["rank"]) == [0, 1, 0, 1] and list(files["epoch"]) == [0, 0, 1, 1]
     assert list(files["open"]) == [per_rank] * 4 and list(files["remote"]) == [0] * 4
-    packed = io_probe.probe(lab2, "packed", epochs=2, num_samples=n, shuffle="global")
+    packed = io_probe.probe(lab, "packed", epochs=2, num_samples=n, shuffle="global")
     assert list(packed["open"]) == [1] * 4
     assert all(0.4 * per_rank < r < 0.6 * per_rank for r in packed["remote"])
     before = set(Path("/dev/shm").glob("hpclab-*"))
-    staged = io_probe.probe(lab2, "files", epochs=1, num_samples=n, stage=True, latency_ms=1.0)
+    staged = io_probe.probe(lab, "files", epochs=1, num_samples=n, stage=True, latency_ms=1.0)
     copy, first = staged[staged.epoch == -1], staged[staged.epoch == 0]
     assert list(copy["open"]) == [2 * per_rank + 1] * 2  # every file of the store, once a rank
     assert list(copy["simulated_s"]) == pytest.approx([2 * (2 * per_rank + 1) * 0.001] * 2)
