@@ -49,8 +49,8 @@ def probe(
     arrays = data.load_arrays(
         {"dataset": "mnist1d", "num_samples": num_samples, "seed": seed}, lab.data_dir
     )
-    for kind in ("files", "packed"):
-        stores.write(kind, arrays.x_train, arrays.y_train, root)
+    # the one store this probe reads (layout memory loads the packed file once)
+    stores.write("packed" if layout == "memory" else layout, arrays.x_train, arrays.y_train, root)
     stage_to = ""
     if stage:
         shm = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
