@@ -44,10 +44,9 @@ def test_the_time_split_adds_up_to_the_measured_step_time_in_every_window(lab):
 
 
 def test_a_30_percent_straggler_lowers_load_balance_and_shows_in_its_compute(lab):
-    """Rank 1 at 70 % speed takes 1/0.7 = 1.43x as long up to the allreduce; rank 0 waits that
-    out there. POP's load balance of two ranks is then 0.85 when all useful time is slowed, a
-    little above as the update and the host time between calls are not
-    (hpclab.pop.straggler_factor)."""
+    """Rank 1 at 70 % speed takes 1/0.7 = 1.43x as long for all its useful work; rank 0 waits
+    that out in the allreduce. POP's load balance of two ranks is then (1 + 1.43) / 2 / 1.43 =
+    0.85 (hpclab.pop.straggler_factor), and the run shows it within 0.03."""
     cfg = RunConfig(**BASE, straggler_rank=1, straggler_slowdown=30)
     run = lab.run(cfg)
     summary = run.wait(timeout=600)
@@ -56,14 +55,13 @@ def test_a_30_percent_straggler_lowers_load_balance_and_shows_in_its_compute(lab
     compute = np.array(rows["rank_compute_ms"].tolist())
     allreduce = np.array(rows["rank_allreduce_ms"].tolist())
     ratio = compute[:, 1] / compute[:, 0]
-    # rank 1 waits 0.43x its own loop + input + forward/backward time after the backward pass
+    # rank 1 waits 0.43x its own useful time after the backward pass
     assert np.median(ratio) >= 1.3, ratio
     assert np.median(allreduce[:, 0] - allreduce[:, 1]) > 0, allreduce  # rank 0 waits for rank 1
-    assert rows["load_balance"].median() <= 0.88, rows["load_balance"].tolist()
-    # POP predicts 0.85; the straggler's sleep oversleeps by 0.05-0.1 ms a step (Linux timer
-    # slack), up to a third more than 0.43x of a ~0.6 ms compute part, which lowers LB to ~0.81:
-    # measured 0.82-0.86 over four CI runs
-    assert 0.79 <= summary["time_split"]["load_balance"] <= 0.88, summary["time_split"]
+    # the steady windows and the whole run: measured 0.848-0.854 (three runs here); the host
+    # time between calls is not slowed (+), the sleep oversleeps by ~0.05 ms (-)
+    assert rows["load_balance"].median() == pytest.approx(0.85, abs=0.03), rows["load_balance"]
+    assert summary["time_split"]["load_balance"] == pytest.approx(0.85, abs=0.03), summary
 
 
 def test_online_augmentation_is_paid_in_the_input_part_offline_before_training(lab):

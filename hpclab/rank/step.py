@@ -12,11 +12,13 @@ the wait for the slowest rank*: the collective cannot finish before every rank h
 
 The straggler knob (``RunConfig.straggler_rank``, ``straggler_slowdown``, ``straggler_ms``)
 makes one rank slow on purpose, the way a throttled GPU, a noisy neighbour or a slower node does:
-after its backward pass that rank waits ``factor × (its loop, input and forward/backward time)
-+ ms``, so the step's work up to the allreduce takes ``1/(1 - slowdown)`` as long (the host
-sleeps, as it would while a slower device computes; Linux oversleeps by ~0.05–0.1 ms, so very
-short steps come out a little slower than asked). Every other rank then waits in the allreduce,
-and :mod:`hpclab.pop` shows it as lower load balance.
+after its backward pass that rank waits ``factor × (its useful time since its previous allreduce:
+the update, loop, input, forward/backward) + ms``, so all its useful work takes
+``1/(1 - slowdown)`` as long. The host sleeps, as it would while a slower device computes
+(:func:`_straggle`); every rank of a straggler run enters that function (the others return at
+once), and the wait is sized inside it, so the 0.1-0.4 ms it takes to get there is slowed too:
+sized before it, a 30 % straggler read load balance 0.88-0.94 instead of 0.85. Every other rank
+then waits in the allreduce, and :mod:`hpclab.pop` shows it as lower load balance.
 """
 
 from __future__ import annotations
@@ -89,35 +91,39 @@ class Step:
         with self.tf.control_dependencies(list(tensors)):
             return self.tf.timestamp()
 
-    def _straggle(self, t_start, t_end, grads):
-        """The straggler's wait (0 s on the other ranks); ``grads`` released after it."""
+    def _straggle(self, since, grads):
+        """The straggler's extra time (none on the other ranks): the host sleeps until
+        ``factor × (now - since) + ms`` past now; ``grads`` released after it, with its end."""
         tf = self.tf
-        delay = (t_end - t_start) * self.slow_factor + self.slow_s
-        with tf.control_dependencies([t_end]):
-            waited = tf.py_function(_sleep, [delay], tf.float64)
+        with tf.control_dependencies(grads):
+            waited = tf.py_function(_straggle, [since, self.slow_factor, self.slow_s], tf.float64)
         with tf.control_dependencies([waited]):
             grads = [tf.identity(g) for g in grads]
         return grads, self._after(grads)
 
     def start(self):
-        """The timestamp the call's first step counts its ``loop`` part from."""
-        return self._after([])
+        """The clock the call's first step starts from: ``[end of the previous allreduce, end
+        of the previous step]``, both now (the first step's ``loop`` part counts from it)."""
+        t = self._after([])
+        return self.tf.stack([t, t])
 
-    def __call__(self, batch, sample, t_prev):
-        """One step on ``batch()`` (a function cutting the batch, timed as input); ``t_prev`` is
-        the previous step's end (or :meth:`start`): the gap to it is the ``loop`` part.
+    def __call__(self, batch, sample, clock):
+        """One step on ``batch()`` (a function cutting the batch, timed as input); ``clock`` is
+        the previous step's ``[allreduce end, end]`` (or :meth:`start`): the gap to its end is
+        the ``loop`` part; the straggler sizes its extra work from its allreduce end.
 
         Returns ``(loss, correct, |G_small|², |G_big|², gradient zeros)`` — norms and zeros only
-        when ``sample`` —, this rank's seconds of each part of :data:`TIMES`, and the step's end."""
+        when ``sample`` —, this rank's seconds of each part of :data:`TIMES`, and the new clock."""
         tf = self.tf
+        t_prev = clock[1]
         t0 = self._after([t_prev])
         with tf.control_dependencies([t0] if self.timed else []):
             x, y = batch()
         t1 = self._after([x, y])
         loss, correct, grads = self.loss_and_grads(x, y)
         t2 = self._after([loss, correct, *grads])
-        if self.straggler_run:  # slower at everything the step did so far: loop, input, compute
-            grads, t2 = self._straggle(t_prev, t2, grads)
+        if self.straggler_run:  # slower at all it did since its last allreduce: apply to compute
+            grads, t2 = self._straggle(clock[0], grads)
         small = big = zero = tf.constant(0.0)
         zeros = tf.cond(  # elements exactly 0 in this rank's own gradient (scaled or not)
             sample,
@@ -144,17 +150,22 @@ class Step:
         # last is ordered after it: tf.function runs reads and writes of a variable in order)
         t4 = self._after([self.optimizer.iterations.read_value()])
         times = tf.cast(tf.stack([t0 - t_prev, t1 - t0, t2 - t1, t3 - t2, t4 - t3]), tf.float32)
-        return tf.stack([loss, correct, small, big, zeros]), times, t4
+        return tf.stack([loss, correct, small, big, zeros]), times, tf.stack([t3, t4])
 
 
-def _sleep(seconds) -> float:
+def _straggle(since, factor, extra_s) -> float:
     """The straggler's wait, outside TensorFlow's thread pools: the host sleeps, as it would
-    while a slower device computes, and leaves the core to the other ranks (a busy wait here
-    would steal CPU from them on a machine with no spare core and blur the lesson)."""
-    s = float(seconds)
-    if s > 0:
-        time.sleep(s)
-    return s
+    while a slower device computes, and leaves the core to the other ranks (a spin would take
+    it from them on a machine with no spare core). The wait is sized *here*, from the clock:
+    ``since`` (``tf.timestamp()``'s epoch seconds, as ``time.time()``) up to now includes what
+    it took to enter this Python function (the GIL hand-over, 0.1-0.4 ms, paid by every rank of
+    a straggler run), so the straggler is slower at exactly everything the others did too.
+    Returns the seconds slept (Linux oversleeps by ~0.05-0.1 ms: slightly slower than asked)."""
+    now = time.time()
+    wait = (now - float(since)) * float(factor) + float(extra_s)
+    if wait > 0:
+        time.sleep(wait)
+    return max(wait, 0.0)
 
 
 __all__ = ["Step", "TIMES"]

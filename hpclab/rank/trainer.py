@@ -161,10 +161,10 @@ class Trainer:
         order = self.feed.order(epoch)
         last = steps - 1
 
-        def body(i, sums, times, t_prev):
+        def body(i, sums, times, clock):
             batch = lambda: self.feed.batch_at(order, start + i, epoch)  # noqa: E731 (timed as input)
-            out, took, t_end = self.step(batch, tf.equal(i, last), t_prev)
-            return i + 1, sums + out, times + took, t_end
+            out, took, clock = self.step(batch, tf.equal(i, last), clock)
+            return i + 1, sums + out, times + took, clock
 
         _, sums, times, _ = tf.while_loop(
             lambda i, *_: i < steps,
