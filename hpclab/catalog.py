@@ -50,6 +50,26 @@ VALIDATIONS = ("sharded", "rank0")  # who evaluates the held-out set (Amdahl's l
 #: part) or offline (once over the shard, before training).
 AUGMENTS = ("none", "online", "offline")
 MAX_AUGMENT_COST = 10_000  # noise passes per batch (≈ 0.05-0.1 ms each, batch 64 of MNIST-1D)
+#: How the training set is cut into rank shards: iid (the data set's own random order) or
+#: by_label (sorted by label first, as data stored class by class: rank r holds classes of its own).
+SHARDS = ("iid", "by_label")
+#: Which samples a rank trains on each epoch: local (its own shard, reshuffled) or global (a new
+#: permutation of the whole training set dealt to the ranks every epoch; hpclab.rank.feed).
+SHUFFLES = ("local", "global")
+#: RunConfig fields with a closed set of values, and the values (config checks, CLI choices).
+CHOICES = {
+    "dataset": DATASETS,
+    "model": MODELS,
+    "optimizer": OPTIMIZERS,
+    "lr_scaling": LR_SCALINGS,
+    "lr_schedule": LR_SCHEDULES,
+    "precision": PRECISIONS,
+    "grad_allreduce": GRAD_ALLREDUCES,
+    "validation": VALIDATIONS,
+    "augment": AUGMENTS,
+    "shards": SHARDS,
+    "shuffle": SHUFFLES,
+}
 
 # -- limits -------------------------------------------------------------------------------------
 MAX_WORKERS = 512  # MPI engines one Lab starts
@@ -92,6 +112,9 @@ __all__ = [
     "VALIDATIONS",
     "AUGMENTS",
     "MAX_AUGMENT_COST",
+    "SHARDS",
+    "SHUFFLES",
+    "CHOICES",
     "MAX_WORKERS",
     "MAX_THREADS_PER_WORKER",
     "MAX_STEPS_PER_CALL",

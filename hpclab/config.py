@@ -17,23 +17,15 @@ from typing import Any
 
 from hpclab import scaling
 from hpclab.catalog import (
-    AUGMENTS,
-    DATASETS,
+    CHOICES,
     EVAL_POINTS,
     GENERATED_VALIDATION_FRACTION,
-    GRAD_ALLREDUCES,
-    LR_SCALINGS,
-    LR_SCHEDULES,
     MAX_AUGMENT_COST,
     MAX_STEPS_PER_CALL,
     MAX_TOTAL_STEPS,
     MAX_WORKERS,
     MIN_PUBLISH_EVERY_S,
-    MODELS,
-    OPTIMIZERS,
-    PRECISIONS,
     STAGED_SIZES,
-    VALIDATIONS,
     models_for,
 )
 from hpclab.errors import ConfigError
@@ -100,6 +92,8 @@ class RunConfig:
         "none", "input augmentation: none, online (every batch, in the step) or offline (once)"
     )
     augment_cost: int = knob(1, "augmentation work: noise passes per batch (same statistics)")
+    shards: str = knob("iid", "rank shards: iid, or by_label (sorted by class first: non-iid)")
+    shuffle: str = knob("local", "each epoch: local (own shard) or global (all data dealt anew)")
     timeline_steps: int = knob(
         0, "record Horovod's timeline over this many steps after the first call (0 = off)"
     )
@@ -327,15 +321,8 @@ def _check_workers(workers: Any) -> int:
 
 
 def _validate(cfg: RunConfig) -> None:
-    _choice(cfg, "dataset", DATASETS)
-    _choice(cfg, "model", MODELS)
-    _choice(cfg, "optimizer", OPTIMIZERS)
-    _choice(cfg, "lr_scaling", LR_SCALINGS)
-    _choice(cfg, "lr_schedule", LR_SCHEDULES)
-    _choice(cfg, "precision", PRECISIONS)
-    _choice(cfg, "grad_allreduce", GRAD_ALLREDUCES)
-    _choice(cfg, "validation", VALIDATIONS)
-    _choice(cfg, "augment", AUGMENTS)
+    for name, allowed in CHOICES.items():
+        _choice(cfg, name, allowed)
     _int_range(cfg, "augment_cost", 1, MAX_AUGMENT_COST)
     _int_range(cfg, "num_samples", 100, 10_000_000)
     _int_range(cfg, "batch_per_worker", 1, 65536)
@@ -380,8 +367,13 @@ def _validate(cfg: RunConfig) -> None:
         or not all(1 <= s <= 1024 for s in shape)
     ):
         _fail("image_shape", shape, "three integers (height, width, channels), each 1..1024")
-    if cfg.augment != "none" and cfg.dataset == "synthetic":  # one random batch, never augmented
-        _fail("augment", cfg.augment, "'none' with dataset 'synthetic' (its batch is random)")
+    for name, plain in (("augment", "none"), ("shards", "iid"), ("shuffle", "local")):
+        if getattr(cfg, name) != plain and cfg.dataset == "synthetic":  # one random batch
+            _fail(
+                name,
+                getattr(cfg, name),
+                f"{plain!r} with dataset 'synthetic' (its batch is random)",
+            )
     fits = models_for(cfg.dataset)
     if cfg.model not in fits:
         _fail("model", cfg.model, f"a model for dataset {cfg.dataset!r}: one of {', '.join(fits)}")

@@ -89,3 +89,36 @@ def test_evaluate_counts_every_sample_including_a_short_last_batch():
     assert sums[2] == 21
     assert sums[1] == (logits.argmax(-1) == y).sum()
     assert sums[0] == pytest.approx(losses.sum(), rel=1e-5)
+
+
+def test_a_global_shuffle_deals_every_sample_once_an_epoch_and_new_shards_each_epoch():
+    """shuffle="global": each rank holds the whole set; in every epoch the ranks' orders are
+    disjoint slices of one permutation (together every sample of the first world·n, once), the
+    same on a re-run, and a rank's slice changes from epoch to epoch."""
+    n_all, world = 103, 2  # 51 per rank, one sample dealt to nobody
+    x = np.arange(n_all, dtype=np.float32)[:, None]
+    y = np.arange(n_all, dtype=np.int32)
+
+    def orders(epoch, seed=0):
+        ranks = [feed.ResidentShard(x, y, batch=4, seed=seed, rank=r, deal=world) for r in range(2)]
+        assert all(s.n == 51 and s.steps_per_epoch == 12 for s in ranks)
+        return [s.order(epoch).numpy() for s in ranks]
+
+    for epoch in (0, 1):
+        a, b = orders(epoch)
+        assert len(a) == len(b) == 51 and not set(a) & set(b)
+        assert set(a) | set(b) <= set(range(n_all)) and len(set(a) | set(b)) == 102
+    np.testing.assert_array_equal(orders(0)[0], orders(0)[0])
+    assert set(orders(0)[0]) != set(orders(1)[0])  # a new shard each epoch
+    assert set(orders(0, seed=1)[0]) != set(orders(0)[0])
+
+
+def test_shards_by_label_hold_classes_of_their_own():
+    from hpclab.rank import data
+
+    y = np.random.default_rng(0).integers(0, 10, 1000).astype(np.int32)
+    x = y[:, None].astype(np.float32)
+    sx, sy = data.by_label(x, y)
+    np.testing.assert_array_equal(sx[:, 0], sy)  # pairs kept
+    lo, hi = (data.shard(sx, sy, r, 2)[1] for r in range(2))
+    assert lo.max() <= hi.min() and set(lo) | set(hi) == set(range(10))

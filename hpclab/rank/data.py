@@ -275,6 +275,14 @@ def _images(x: np.ndarray) -> np.ndarray:
 # ---------------------------------------------------------------------------------------------
 
 
+def by_label(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The samples sorted by label (stable): contiguous shards then hold classes of their own,
+    as a data set stored class by class and cut into files per rank would (``shards="by_label"``,
+    the non-iid case of the shuffle lesson)."""
+    order = np.argsort(y, kind="stable")
+    return x[order], y[order]
+
+
 def shard(x: np.ndarray, y: np.ndarray, rank: int, world: int) -> tuple[np.ndarray, np.ndarray]:
     """Rank `rank`'s contiguous slice of `world` equal parts (the remainder is dropped).
 

@@ -12,6 +12,10 @@ the lab's sizes.
   seeded order (``stateless_shuffle`` of the indices with seed ``(seed·1000003 + rank, e)``:
   different per rank and per epoch, identical on a re-run), and step ``s`` of the epoch takes
   ``order[s·B : (s+1)·B]`` — every sample at most once an epoch, the remainder dropped.
+  With ``deal=world`` (``shuffle="global"``) it holds the *whole* training set instead, and
+  epoch ``e``'s order is rank ``r``'s slice of one permutation of all samples, seeded
+  ``(seed, e)`` and so the same on every rank: the ranks share out every sample once an epoch,
+  and each epoch's shard is new (the reads that would cross the network: ``rank.stores``).
 * :class:`SyntheticBatch` — Horovod's synthetic benchmark input (one random batch, generated on
   the device, repeated every step), with the same interface.
 * :func:`evaluate` — loss/correct/count sums over a resident validation shard in one call.
@@ -34,19 +38,23 @@ class ResidentShard:
 
     def __init__(
         self, x: np.ndarray, y: np.ndarray, *, batch: int, seed: int, rank: int,
-        augment: str = "none", augment_cost: int = 1,
+        augment: str = "none", augment_cost: int = 1, deal: int = 0,
     ):  # fmt: skip
-        batch = int(batch)
-        if batch < 1 or len(x) < batch:
+        batch, deal = int(batch), int(deal)
+        # deal > 0: x is the whole set, dealt out anew every epoch to `deal` ranks (module doc)
+        self.deal, self.rank, self.n = deal, int(rank), len(x) // deal if deal else len(x)
+        self._all = tf.constant(self.n * deal, tf.int32)
+        self._seeds = (int(seed), int(seed) * SEED_STRIDE + int(rank))
+        if batch < 1 or self.n < batch:
             raise ValueError(
-                f"this rank holds {len(x)} training samples, fewer than one batch of {batch}; "
+                f"this rank holds {self.n} training samples, fewer than one batch of {batch}; "
                 "lower batch_per_worker or use more samples."
             )
         if len(x) != len(y):
             raise ValueError(f"x and y differ in length: {len(x)} inputs, {len(y)} labels.")
-        self.n, self.batch = len(x), batch
+        self.batch = batch
         self.steps_per_epoch = self.n // batch
-        self._seed = tf.constant(int(seed) * SEED_STRIDE + int(rank), tf.int64)
+        self._seed = tf.constant(self._seeds[1], tf.int64)
         self.online, self.cost = augment == "online", int(augment_cost)
         self.offline_s = 0.0  # seconds the offline augmentation took, before training
         self.x = tf.constant(x)
@@ -59,8 +67,14 @@ class ResidentShard:
 
     def order(self, epoch) -> tf.Tensor:
         """The sample order of epoch ``epoch`` (a scalar tensor or int), as int32 indices."""
-        seed = tf.stack([self._seed, tf.cast(epoch, tf.int64)])
-        return tf.random.experimental.stateless_shuffle(tf.range(self.n, dtype=tf.int32), seed)
+        shuffle = tf.random.experimental.stateless_shuffle
+        epoch = tf.cast(epoch, tf.int64)
+        if self.deal:  # one permutation of everything, the same on every rank: take our slice
+            everyone = shuffle(
+                tf.range(self._all), tf.stack([tf.constant(self._seeds[0], tf.int64), epoch])
+            )
+            return everyone[self.rank * self.n : (self.rank + 1) * self.n]
+        return shuffle(tf.range(self.n, dtype=tf.int32), tf.stack([self._seed, epoch]))
 
     def batch_at(self, order: tf.Tensor, step, epoch=0) -> tuple[tf.Tensor, tf.Tensor]:
         """Step ``step`` of the epoch whose ``order`` is given: ``batch`` samples and labels

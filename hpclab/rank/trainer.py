@@ -133,14 +133,21 @@ class Trainer:
             return
         # Horovod: each rank trains on its own shard of the training set and validates on its
         # own shard of the validation set.
-        x, y = data.shard(arrays.x_train, arrays.y_train, self.rank, self.world)
+        # shards="by_label": sorted by class first (non-iid shards); shuffle="global": every
+        # rank holds the whole set and takes its slice of a new permutation each epoch
+        x, y = arrays.x_train, arrays.y_train
+        if cfg.shards == "by_label":
+            x, y = data.by_label(x, y)
+        dealt = cfg.shuffle == "global"
+        if not dealt:
+            x, y = data.shard(x, y, self.rank, self.world)
         self.feed = feed.ResidentShard(
             x, y, batch=B, seed=cfg.seed, rank=self.rank,
-            augment=cfg.augment, augment_cost=cfg.augment_cost,
+            augment=cfg.augment, augment_cost=cfg.augment_cost, deal=self.world if dealt else 0,
         )  # fmt: skip
         if self.feed.steps_per_epoch < self.steps_per_epoch:
             raise ValueError(
-                f"{cfg.dataset}: this rank holds {len(x)} training samples, enough for "
+                f"{cfg.dataset}: this rank holds {self.feed.n} training samples, enough for "
                 f"{self.feed.steps_per_epoch} steps of batch {B}, but an epoch of the catalogue's "
                 f"{cfg.train_size()} samples needs {self.steps_per_epoch}; the staged file is "
                 "smaller than the data set it names: stage the full set, or choose another."

@@ -22,17 +22,7 @@ from hpclab import catalog
 from hpclab.config import RunConfig
 
 #: Fields whose value is one name from a catalogue.
-CHOICES = {
-    "dataset": catalog.DATASETS,
-    "model": catalog.MODELS,
-    "optimizer": catalog.OPTIMIZERS,
-    "lr_scaling": catalog.LR_SCALINGS,
-    "lr_schedule": catalog.LR_SCHEDULES,
-    "precision": catalog.PRECISIONS,
-    "grad_allreduce": catalog.GRAD_ALLREDUCES,
-    "validation": catalog.VALIDATIONS,
-    "augment": catalog.AUGMENTS,
-}
+CHOICES = catalog.CHOICES
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
