@@ -194,7 +194,27 @@ def test_panel_displays_controls_and_dashboard(preview):
 
 def test_panel_without_dashboard_is_just_the_controls():
     panel = Panel(None, base=SMALL, dashboard=False)
-    assert panel.dashboard is None and len(panel.widget.children) == 3
+    assert panel.dashboard is None
+    assert panel.widget.children[-1].children[0] is panel.widgets["run"]  # the actions row last
+
+
+def test_the_time_section_sets_the_lessons_of_notebooks_06_and_07(preview):
+    """A straggler, rank-0 validation, online augmentation, shards by label with a global
+    shuffle and a timeline of 100 steps, all from the folded "where the time goes" section."""
+    from hpclab.views.panel_widgets import TIME_KNOBS
+
+    section = next(c for c in preview.widget.children if "hpclab-time-section" in c._dom_classes)
+    assert section.selected_index is None  # folded until opened: the main knobs stay in front
+    changes = dict(
+        straggler_rank=1, straggler_slowdown=30.0, validation="rank0", augment="online",
+        augment_cost=20, shards="by_label", shuffle="global", timeline_steps=100,
+    )  # fmt: skip
+    assert set(changes) == set(TIME_KNOBS)
+    set_knobs(preview, **changes)
+    assert preview.config_error is None
+    assert preview.config_from_widgets() == SMALL.replace(**changes)
+    set_knobs(preview, straggler_rank=2)  # the preview's 2 workers are ranks 0 and 1
+    assert "straggler_rank" in preview.config_error and preview.widgets["run"].disabled
 
 
 # -- the status line's words (stand-in runs: no engines) -----------------------------------------

@@ -12,12 +12,17 @@ from __future__ import annotations
 from typing import Any
 
 from hpclab.catalog import (
+    AUGMENTS,
     DATASETS,
     LR_SCALINGS,
     LR_SCHEDULES,
+    MAX_AUGMENT_COST,
     MAX_WORKERS,
     OPTIMIZERS,
     PRECISIONS,
+    SHARDS,
+    SHUFFLES,
+    VALIDATIONS,
 )
 from hpclab.catalog import models_for as _models_for
 from hpclab.config import RunConfig
@@ -38,7 +43,17 @@ KNOBS = (
     "optimizer",
     "lars_eta",
     "precision",
+    # "where the time goes" (notebooks 06 and 07), in a section of their own
+    "straggler_rank",
+    "straggler_slowdown",
+    "validation",
+    "augment",
+    "augment_cost",
+    "shards",
+    "shuffle",
+    "timeline_steps",
 )
+TIME_KNOBS = KNOBS[KNOBS.index("straggler_rank") :]
 PREFERRED_MODELS = ("cnn1d", "resnet20")  # picked when a dataset change rules the model out
 
 PRECISION_HINT = (
@@ -169,6 +184,7 @@ def build_widgets(base: RunConfig, workers: int) -> dict[str, Any]:
         f"max-width:300px'>{PRECISION_HINT}</div>"
     )
     w["samples_hint"] = W.HTML()
+    _time_widgets(w, b, W)
     w["overlay"] = W.Checkbox(
         value=True, description="overlay earlier runs", indent=False, layout={"width": "170px"}
     )
@@ -192,6 +208,36 @@ def build_widgets(base: RunConfig, workers: int) -> dict[str, Any]:
     for name, widget in w.items():  # stable hooks for browser tests and workshop CSS
         widget.add_class(f"hpclab-{name}")
     return w
+
+
+def _time_widgets(w: dict[str, Any], b: RunConfig, W: Any) -> None:
+    """The knobs of "where the time goes": a straggler, who validates, the input's work, the
+    shards and shuffle, and a Horovod timeline of n steps (hpclab.pop, hpclab.timeline)."""
+    w["straggler_rank"] = W.BoundedIntText(
+        value=b.straggler_rank, min=-1, max=MAX_WORKERS - 1, description="straggler rank",
+        tooltip="the rank slowed on purpose (-1: none)", style=_DESC, layout=_WIDE,
+    )  # fmt: skip
+    w["straggler_slowdown"] = W.BoundedFloatText(
+        value=b.straggler_slowdown, min=0, max=95, step=5, description="its speed lost %",
+        style=_DESC, layout=_WIDE,
+    )  # fmt: skip
+    for name, options in (("validation", VALIDATIONS), ("augment", AUGMENTS)):
+        w[name] = W.ToggleButtons(
+            options=options, value=getattr(b, name), style={"button_width": "72px"}
+        )
+    w["augment_cost"] = W.BoundedIntText(
+        value=b.augment_cost, min=1, max=MAX_AUGMENT_COST, description="augment cost",
+        style=_DESC, layout=_WIDE,
+    )  # fmt: skip
+    for name, options in (("shards", SHARDS), ("shuffle", SHUFFLES)):
+        w[name] = W.ToggleButtons(
+            options=options, value=getattr(b, name), style={"button_width": "72px"}
+        )
+    w["timeline_steps"] = W.BoundedIntText(
+        value=b.timeline_steps, min=0, max=100_000, step=50, description="timeline steps",
+        tooltip="record Horovod's timeline over this many steps into the run folder (0: off)",
+        style=_DESC, layout=_WIDE,
+    )  # fmt: skip
 
 
 def arrange(w: dict[str, Any], below: Any = None) -> Any:
@@ -244,10 +290,32 @@ def arrange(w: dict[str, Any], below: Any = None) -> Any:
         ],
         layout={"flex_flow": "row wrap"},
     )
+    time_box = W.HBox(
+        [
+            column(
+                "A slow rank, and who validates",
+                w["straggler_rank"],
+                w["straggler_slowdown"],
+                labelled("validation", w["validation"]),
+                w["timeline_steps"],
+            ),
+            column(
+                "Input and shuffle",
+                labelled("augment", w["augment"]),
+                w["augment_cost"],
+                labelled("shards", w["shards"]),
+                labelled("shuffle", w["shuffle"]),
+            ),
+        ],
+        layout={"flex_flow": "row wrap"},
+    )
+    time_section = W.Accordion(children=[time_box], selected_index=None)
+    time_section.set_title(0, "Where the time goes: straggler, validation, input, timeline")
+    time_section.add_class("hpclab-time-section")
     actions = W.HBox(
         [w["run"], w["stop"], w["overlay"], w["status"]], layout={"align_items": "center"}
     )
-    parts = [columns, w["derived"], actions]
+    parts = [columns, time_section, w["derived"], actions]
     if below is not None:
         parts.append(below)
     box = W.VBox(parts)
@@ -255,4 +323,12 @@ def arrange(w: dict[str, Any], below: Any = None) -> Any:
     return box
 
 
-__all__ = ["KNOBS", "PRECISION_HINT", "PREFERRED_MODELS", "models_for", "build_widgets", "arrange"]
+__all__ = [
+    "KNOBS",
+    "TIME_KNOBS",
+    "PRECISION_HINT",
+    "PREFERRED_MODELS",
+    "models_for",
+    "build_widgets",
+    "arrange",
+]
