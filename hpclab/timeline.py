@@ -40,10 +40,16 @@ def read_events(path: Path | str) -> list[dict]:
 
 
 def summarise(path: Path | str, steps: int) -> dict:
-    """Milliseconds per step of each timeline activity, summed over tensors; the tensors seen.
+    """Milliseconds per step of each timeline activity, summed over tensors; the same split per
+    tensor group; the tensors seen.
 
     Begin/end pairs ("ph": "B"/"E") nest per tensor (``pid``); complete events ("ph": "X") carry
-    their duration. Activities are keyed by name (NEGOTIATE_ALLREDUCE, ALLREDUCE, …)."""
+    their duration. Activities are keyed by name (NEGOTIATE_ALLREDUCE, ALLREDUCE, …).
+    ``ms_per_step`` sums each activity's whole duration, nested ones included (an ALLREDUCE holds
+    its MPI_ALLREDUCE); ``by_tensor`` gives each tensor's activities their *own* time (children
+    taken out), so one tensor's parts add up to its time in the timeline and stack in a chart.
+    The per-rank readiness marks inside a negotiation (events named by a rank number) are left
+    out of ``by_tensor``."""
     events = read_events(path)
     names = {
         e.get("pid"): (e.get("args") or {}).get("name", "")
@@ -51,21 +57,33 @@ def summarise(path: Path | str, steps: int) -> dict:
         if e.get("ph") == "M" and e.get("name") == "process_name"
     }
     total: dict[str, float] = defaultdict(float)
-    open_: dict = defaultdict(list)  # pid -> stack of (name, ts)
+    own: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    open_: dict = defaultdict(list)  # pid -> stack of [name, ts, time of its children]
+
+    def close(pid, name: str, took: float, children: float) -> None:
+        total[name] += took
+        if names.get(pid) and not name.isdigit():
+            own[names[pid]][name] += took - children
+        if open_[pid]:
+            open_[pid][-1][2] += took
+
     for e in events:
         ph, pid = e.get("ph"), e.get("pid")
         if ph == "B":
-            open_[pid].append((e.get("name", "?"), float(e.get("ts", 0))))
+            open_[pid].append([e.get("name", "?"), float(e.get("ts", 0)), 0.0])
         elif ph == "E" and open_[pid]:
-            name, ts = open_[pid].pop()
-            total[name] += float(e.get("ts", 0)) - ts
+            name, ts, children = open_[pid].pop()
+            close(pid, name, float(e.get("ts", 0)) - ts, children)
         elif ph == "X":
-            total[e.get("name", "?")] += float(e.get("dur", 0))
-    per_step = {k: v / 1000.0 / max(int(steps), 1) for k, v in sorted(total.items())}  # µs → ms
+            close(pid, e.get("name", "?"), float(e.get("dur", 0)), 0.0)
+    per = 1000.0 * max(int(steps), 1)  # µs in all steps → ms per step
     return {
         "file": FILE,
         "steps": int(steps),
-        "ms_per_step": per_step,
+        "ms_per_step": {k: v / per for k, v in sorted(total.items())},
+        "by_tensor": {
+            t: {k: v / per for k, v in sorted(a.items())} for t, a in sorted(own.items())
+        },
         "tensors": sorted(n for n in names.values() if n),
         "events": len(events),
     }

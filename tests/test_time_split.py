@@ -120,4 +120,6 @@ def test_a_horovod_timeline_of_n_steps_is_recorded_and_summarised(lab):
     assert ms.get("NEGOTIATE_ALLREDUCE", 0) > 0 and ms.get("ALLREDUCE", 0) > 0, ms
     # the timeline's allreduce time per step is of the order of the in-graph allreduce part
     assert ms["ALLREDUCE"] < 10 * summary["time_split"]["allreduce_ms"] + 1.0, (ms, summary)
-    assert timeline_figure(run).data[0].y  # one bar per activity
+    fig = timeline_figure(run)
+    assert {bar.name for bar in fig.data} >= {"NEGOTIATE_ALLREDUCE", "MPI_ALLREDUCE"}
+    assert set(fig.data[0].y) == set(tl["by_tensor"]) and set(tl["by_tensor"]) <= set(tl["tensors"])

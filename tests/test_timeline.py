@@ -43,3 +43,40 @@ def test_a_torn_last_event_is_dropped_and_an_empty_file_is_no_events(tmp_path):
     (tmp_path / "e.json").write_text("")
     assert read_events(tmp_path / "e.json") == []
     assert summarise(tmp_path / "e.json", 10)["ms_per_step"] == {}
+
+
+def test_each_tensor_groups_own_times_stack_to_its_time_in_the_timeline(tmp_path):
+    """by_tensor: a parent activity keeps only its own time (its nested parts taken out), so a
+    tensor's parts add up to the span it occupied; rank readiness marks ("0", "1") are left out;
+    events of no named tensor (the cycle marks) count only in the activity totals."""
+    second = [
+        {"name": "process_name", "ph": "M", "pid": 2, "args": {"name": "grads_1"}},
+        {"name": "NEGOTIATE_ALLREDUCE", "ph": "B", "pid": 2, "ts": 1000},
+        {"name": "0", "ph": "X", "pid": 2, "ts": 1010, "dur": 0},
+        {"name": "1", "ph": "X", "pid": 2, "ts": 1390, "dur": 0},
+        {"name": "NEGOTIATE_ALLREDUCE", "ph": "E", "pid": 2, "ts": 1400},  # 400 µs
+        {"name": "ALLREDUCE", "ph": "B", "pid": 2, "ts": 1700},
+        {"name": "MEMCPY_IN_FUSION_BUFFER", "ph": "B", "pid": 2, "ts": 1700},
+        {"name": "MEMCPY_IN_FUSION_BUFFER", "ph": "E", "pid": 2, "ts": 1720},
+        {"name": "MPI_ALLREDUCE", "ph": "B", "pid": 2, "ts": 1720},
+        {"name": "MPI_ALLREDUCE", "ph": "E", "pid": 2, "ts": 1980},
+        {"name": "ALLREDUCE", "ph": "E", "pid": 2, "ts": 2000},
+    ]
+    out = summarise(_write(tmp_path / "timeline.json", EVENTS + second), steps=1)
+    by = out["by_tensor"]
+    assert set(by) == {"grads_0", "grads_1"} and out["tensors"] == ["grads_0", "grads_1"]
+    assert by["grads_0"] == pytest.approx(
+        {"NEGOTIATE_ALLREDUCE": 0.6, "ALLREDUCE": 0.1, "MPI_ALLREDUCE": 0.2}
+    )
+    assert by["grads_1"] == pytest.approx(
+        {
+            "NEGOTIATE_ALLREDUCE": 0.4,
+            "ALLREDUCE": 0.02,
+            "MEMCPY_IN_FUSION_BUFFER": 0.02,
+            "MPI_ALLREDUCE": 0.26,
+        }
+    )
+    spans = {"grads_0": (1600 - 1000) + (2000 - 1700), "grads_1": (1400 - 1000) + (2000 - 1700)}
+    for tensor, parts in by.items():
+        assert sum(parts.values()) == pytest.approx(spans[tensor] / 1000)
+    assert out["ms_per_step"]["CYCLE_START"] == pytest.approx(0.04)

@@ -156,30 +156,53 @@ def figure(records: Iterable[Any], title: str = "") -> go.Figure:
     return fig
 
 
+#: Horovod timeline activities in the order a tensor meets them, with their colours; any other
+#: activity a timeline holds is drawn after these, in grey.
+TIMELINE_COLORS = {
+    "NEGOTIATE_ALLREDUCE": "#7570b3",  # ranks reporting the tensor ready: the wait for the last
+    "WAIT_FOR_DATA": "#8da0cb",  # GPU only: the op waits for its input on the device
+    "WAIT_FOR_OTHER_TENSOR_DATA": "#a6cee3",  # GPU only: a fused neighbour's input
+    "QUEUE": "#b3b3b3",
+    "MEMCPY_IN_FUSION_BUFFER": "#e6ab02",
+    "MPI_ALLREDUCE": "#d95f02",  # the data exchange itself
+    "MEMCPY_OUT_FUSION_BUFFER": "#a6761d",
+    "ALLREDUCE": "#fdbf6f",  # the operation's own rest
+}
+
+
 def timeline_figure(run_like: Any) -> go.Figure:
-    """A run's Horovod timeline summary (``RunConfig.timeline_steps``): milliseconds per step of
-    each activity Horovod recorded, summed over tensors (:mod:`hpclab.timeline`)."""
+    """A run's Horovod timeline (``RunConfig.timeline_steps``): one bar per tensor group,
+    stacked by activity — negotiation, waits for data (GPU only), fusion-buffer copies, the MPI
+    allreduce — in milliseconds per step of each activity's own time (:mod:`hpclab.timeline`)."""
     f = facts_of([run_like])[0]
     tl = f.summary.get("timeline") or {}
-    per_step = tl.get("ms_per_step") or {}
-    names = sorted(per_step, key=per_step.get)
+    by = tl.get("by_tensor") or {}
+    seen = {a for parts in by.values() for a in parts}
+    order = [a for a in TIMELINE_COLORS if a in seen] + sorted(seen - set(TIMELINE_COLORS))
+    tensors = sorted(by, key=lambda t: sum(by[t].values()))
     fig = go.Figure(
-        go.Bar(
-            x=[per_step[n] for n in names],
-            y=names,
-            orientation="h",
-            marker=dict(color=PART_COLORS["allreduce"]),
-            hovertemplate="%{y}: %{x:.3f} ms/step<extra></extra>",
-        )
+        [
+            go.Bar(
+                x=[by[t].get(a, 0.0) for t in tensors],
+                y=tensors,
+                name=a,
+                orientation="h",
+                marker=dict(color=TIMELINE_COLORS.get(a, "#d9d9d9")),
+                hovertemplate=f"%{{y}} · {a}: %{{x:.3f}} ms/step<extra></extra>",
+            )
+            for a in order
+        ]
     )
-    what = f"{tl.get('steps', 0)} steps, {len(tl.get('tensors') or [])} tensor groups"
+    what = f"{tl.get('steps', 0)} steps, {len(tensors)} tensor groups"
     fig.update_layout(
-        title=text(f"Horovod timeline of {f.label}: ms per step by activity ({what})")
-        if tl
+        title=text(f"Horovod timeline of {f.label}: ms per step by tensor group ({what})")
+        if by
         else "no timeline recorded (RunConfig.timeline_steps = 0, or one worker)",
-        xaxis_title="ms per step (summed over tensors)",
+        barmode="stack",
+        xaxis_title="ms per step (each activity's own time)",
         template="plotly_white",
-        height=160 + 26 * max(len(names), 1),
+        height=200 + 26 * max(len(tensors), 1),
+        legend=dict(orientation="h", y=-0.25),
     )
     return fig
 
@@ -193,4 +216,5 @@ __all__ = [
     "pop_text",
     "figure",
     "timeline_figure",
+    "TIMELINE_COLORS",
 ]
