@@ -85,6 +85,7 @@ class RunConfig:
         0.0, "straggler: % of its speed lost (30: its compute takes 1/0.7 = 1.43x as long)"
     )
     straggler_ms: float = knob(0.0, "straggler: extra milliseconds of compute every step")
+    batch_skew: float = knob(0.0, "rank 0's batch this % larger, the others' smaller (same total)")
     validation: str = knob(
         "sharded", "held-out evaluation: sharded over ranks, or rank0 alone (the others wait)"
     )
@@ -121,6 +122,14 @@ class RunConfig:
     def global_batch(self, workers: int) -> int:
         """Samples per optimizer step across all ranks."""
         return self.batch_per_worker * _check_workers(workers)
+
+    def local_batches(self, workers: int) -> list[int]:
+        """Each rank's batch: rank 0's ``batch_skew`` % larger, the others share the rest of the
+        global batch evenly (uneven batch shares: load imbalance on purpose, hpclab.pop)."""
+        B, n = self.batch_per_worker, _check_workers(workers)
+        first = round(B * (1 + self.batch_skew / 100)) if n > 1 else B
+        rest, extra = divmod(B * n - first, max(n - 1, 1))
+        return [first] + [rest + (r < extra) for r in range(n - 1)]
 
     def peak_lr(self, workers: int) -> float:
         """The scaled learning rate reached after warm-up (see :func:`hpclab.scaling.scaled_lr`)."""
@@ -211,6 +220,8 @@ class RunConfig:
                 self.straggler_rank,
                 f"-1 (none) or a rank of this {workers}-worker run (0 to {workers - 1})",
             )
+        if min(self.local_batches(workers)) < 1:
+            _fail("batch_skew", self.batch_skew, "a skew that leaves every rank a batch of >= 1")
         return {
             "workers": workers,
             "global_batch": self.global_batch(workers),
@@ -351,6 +362,9 @@ def _validate(cfg: RunConfig) -> None:
     _int_range(cfg, "straggler_rank", -1, MAX_WORKERS - 1)
     _float_range(cfg, "straggler_slowdown", 0.0, 95.0)
     _float_range(cfg, "straggler_ms", 0.0, 10_000.0)
+    _float_range(cfg, "batch_skew", 0.0, 90.0)
+    if cfg.batch_skew and cfg.shuffle == "global":  # a global deal cuts equal slices
+        _fail("batch_skew", cfg.batch_skew, "0 with shuffle 'global' (its slices are equal)")
     _int_range(cfg, "timeline_steps", 0, 100_000)
     for name in ("fp16_allreduce", "noise_scale", "xla", "loss_scaling", "time_split"):
         if not isinstance(getattr(cfg, name), bool):

@@ -200,3 +200,27 @@ def test_a_step_bomb_and_a_publish_flood_are_refused_with_their_limits():
         RunConfig(publish_every_s=0.01)
     assert RunConfig(publish_every_s=0).publish_every_s == 0
     assert RunConfig(publish_every_s=MIN_PUBLISH_EVERY_S).publish_every_s == MIN_PUBLISH_EVERY_S
+
+
+@pytest.mark.parametrize(
+    "batch, skew, workers, expected",
+    [
+        (64, 50, 2, [96, 32]),
+        (64, 50, 3, [96, 48, 48]),
+        (10, 25, 3, [12, 9, 9]),  # 30 - 12 = 18 shared by two
+        (64, 30, 1, [64]),  # one worker: nobody to take from
+        (64, 0, 4, [64] * 4),
+    ],
+)
+def test_uneven_batch_shares_keep_the_global_batch(batch, skew, workers, expected):
+    cfg = RunConfig(batch_per_worker=batch, batch_skew=skew)
+    assert cfg.local_batches(workers) == expected
+    assert sum(expected) == cfg.global_batch(workers)
+
+
+def test_a_skew_that_leaves_a_rank_no_batch_is_refused_before_any_engine_starts():
+    cfg = RunConfig(batch_per_worker=4, batch_skew=90)  # rank 0: 8 of 8 on two workers
+    with pytest.raises(ConfigError, match=r"RunConfig.batch_skew .* every rank a batch"):
+        cfg.derived(2)
+    with pytest.raises(ConfigError, match="batch_skew must be 0 with shuffle 'global'"):
+        RunConfig(batch_skew=20, shuffle="global")

@@ -199,15 +199,15 @@ def test_panel_without_dashboard_is_just_the_controls():
 
 
 def test_the_time_section_sets_the_lessons_of_notebooks_06_and_07(preview):
-    """A straggler, rank-0 validation, online augmentation, shards by label with a global
-    shuffle and a timeline of 100 steps, all from the folded "where the time goes" section."""
+    """A straggler, uneven batches, rank-0 validation, online augmentation, shards by label and
+    a timeline of 100 steps, all from the folded "where the time goes" section."""
     from hpclab.views.panel_widgets import TIME_KNOBS
 
     section = next(c for c in preview.widget.children if "hpclab-time-section" in c._dom_classes)
     assert section.selected_index is None  # folded until opened: the main knobs stay in front
     changes = dict(
         straggler_rank=1, straggler_slowdown=30.0, validation="rank0", augment="online",
-        augment_cost=20, shards="by_label", shuffle="global", timeline_steps=100,
+        augment_cost=20, shards="by_label", shuffle="local", timeline_steps=100, batch_skew=50.0,
     )  # fmt: skip
     assert set(changes) == set(TIME_KNOBS)
     set_knobs(preview, **changes)

@@ -147,6 +147,19 @@ def test_shards_are_disjoint_equal_and_drop_the_remainder():
         data.shard(x, y, 4, 4)
 
 
+def test_uneven_shards_hold_the_same_number_of_steps_of_each_ranks_batch():
+    """batch_skew: rank 0's batch of 96 and rank 1's of 32 get shards of 96 and 32 samples a
+    step for the same whole number of steps, disjoint and side by side."""
+    x = np.arange(1000)
+    y = x * 10
+    parts = [data.shard(x, y, r, 2, [96, 32]) for r in range(2)]
+    steps = 1000 // 128
+    assert [len(px) for px, _ in parts] == [96 * steps, 32 * steps]
+    assert parts[0][0][-1] + 1 == parts[1][0][0] and not set(parts[0][0]) & set(parts[1][0])
+    for px, py in parts:
+        np.testing.assert_array_equal(py, px * 10)
+
+
 @pytest.mark.parametrize("damage", ["garbage", "truncated", "other_size"])
 def test_a_corrupt_dataset_cache_is_generated_again(mnist1d_dir, tmp_path, caplog, damage):
     good = mnist1d_dir / "mnist1d-n1000-s5.npz"

@@ -48,7 +48,7 @@ BUDGET_S = 180  # what a notebook may take on 2 cores (warned about, not failed)
 
 
 def _claim_06(runs_dir: Path) -> str:
-    """Notebook 06: a 30 % straggler lowers load balance to about 0.85, clearly below the balanced
+    """Notebook 06: a 50 % straggler lowers load balance to about 0.75, clearly below the balanced
     run's; the timeline records the negotiation; rank-0 validation lowers the measured E(2) of
     the notebook's own Amdahl sweep below the sharded one; small allreduces are latency-bound,
     large ones bandwidth-bound."""
@@ -63,8 +63,9 @@ def _claim_06(runs_dir: Path) -> str:
     }
     traced = [r for r in records if r.config.get("timeline_steps")]
     assert traced and traced[0].summary["timeline"]["ms_per_step"].get("NEGOTIATE_ALLREDUCE")
-    # short runs on two shared cores: a balanced run reads 0.88-0.99, the straggler 0.80-0.88
-    assert lb[30] <= 0.88 and lb[0.0] >= lb[30] + 0.05, lb
+    # POP: 0.75 for a 50 % straggler; short runs on two shared cores read a balanced run
+    # 0.88-0.99, and once in a while one rank runs slow for a whole run (up to +0.1 either way)
+    assert lb[50] <= 0.85 and lb[0.0] >= lb[50] + 0.08, lb
     series = {
         s["name"].rsplit("validation ", 1)[-1]: s["efficiency"][-1]
         for s in scaling_series([r for r in records if r.config.get("eval_samples")], "overall")

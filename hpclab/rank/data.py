@@ -283,11 +283,14 @@ def by_label(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return x[order], y[order]
 
 
-def shard(x: np.ndarray, y: np.ndarray, rank: int, world: int) -> tuple[np.ndarray, np.ndarray]:
-    """Rank `rank`'s contiguous slice of `world` equal parts (the remainder is dropped).
+def shard(
+    x: np.ndarray, y: np.ndarray, rank: int, world: int, batches: list[int] | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Rank `rank`'s contiguous slice of `world` equal parts (the remainder is dropped); with
+    `batches` (each rank's batch, ``RunConfig.local_batches``), parts in proportion to them.
 
-    Every rank gets ``len(x) // world`` samples, so all ranks run the same number of steps (a rank
-    with one extra batch would wait forever in an allreduce). The slices are views, not copies.
+    Every rank gets enough samples for the same number of steps (a rank with one extra batch
+    would wait forever in an allreduce). The slices are views, not copies.
     """
     if not (isinstance(world, int) and world >= 1 and isinstance(rank, int) and 0 <= rank < world):
         raise ValueError(
@@ -301,4 +304,9 @@ def shard(x: np.ndarray, y: np.ndarray, rank: int, world: int) -> tuple[np.ndarr
             f"{len(x)} samples cannot be shared by {world} workers: each would get "
             "none. Use more samples or fewer workers."
         )
-    return x[rank * per : (rank + 1) * per], y[rank * per : (rank + 1) * per]
+    if batches is None:
+        return x[rank * per : (rank + 1) * per], y[rank * per : (rank + 1) * per]
+    steps = len(x) // sum(batches)  # whole global batches
+    lo = sum(batches[:rank]) * steps
+    hi = lo + batches[rank] * steps
+    return x[lo:hi], y[lo:hi]

@@ -16,9 +16,10 @@ after its backward pass that rank waits ``factor × (its useful time since its p
 the update, loop, input, forward/backward) + ms``, so all its useful work takes
 ``1/(1 - slowdown)`` as long. The host sleeps, as it would while a slower device computes
 (:func:`_straggle`); every rank of a straggler run enters that function (the others return at
-once), and the wait is sized inside it, so the 0.1-0.4 ms it takes to get there is slowed too:
-sized before it, a 30 % straggler read load balance 0.88-0.94 instead of 0.85. Every other rank
-then waits in the allreduce, and :mod:`hpclab.pop` shows it as lower load balance.
+once), and the wait is sized inside it, so the 0.1-0.4 ms it takes to get there is slowed too
+(sized before it, a 30 % straggler read load balance 0.88-0.94 instead of 0.85), and it ends on
+a deadline however late the sleep wakes up. Every other rank then waits in the allreduce, and
+:mod:`hpclab.pop` shows it as lower load balance.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ TIMES = ("loop", "input", "compute", "allreduce", "apply")  # seconds summed per
 class Step:
     """The traced arithmetic of one step on this rank; built once per run by the trainer."""
 
-    def __init__(self, cfg, *, model, optimizer, world: int, rank: int):
+    def __init__(self, cfg, *, model, optimizer, world: int, rank: int, share: float = 1.0):
         import horovod.tensorflow as hvd
         import tensorflow as tf
 
@@ -42,8 +43,13 @@ class Step:
         self.loss_scaled = cfg.precision == "mixed_float16" and cfg.loss_scaling
         self.compression = hvd.Compression.fp16 if cfg.fp16_allreduce else hvd.Compression.none
         self.loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-        # The noise scale needs two batch sizes: with one rank there is only one, so skip the norms.
-        self.track_noise = cfg.noise_scale and world > 1
+        # The noise scale needs two batch sizes: with one rank there is only one, so skip the norms
+        # (and with uneven batches the small one is not one size).
+        self.track_noise = cfg.noise_scale and world > 1 and share == 1.0
+        # Uneven batches (batch_skew): Horovod's average weighs ranks equally, so this rank's mean
+        # gradient is weighted by its share of the global batch (b_r·world/B): the average is
+        # then the global batch's mean gradient, as with even batches.
+        self.share = share
         grads = tf.function(self._loss_and_grads, jit_compile=True) if cfg.xla else None
         self.loss_and_grads = grads or self._loss_and_grads
         # A straggler run builds the same graph on every rank (the others wait 0 s): Horovod
@@ -121,6 +127,8 @@ class Step:
             x, y = batch()
         t1 = self._after([x, y])
         loss, correct, grads = self.loss_and_grads(x, y)
+        if self.share != 1.0:
+            grads = [g * self.share for g in grads]
         t2 = self._after([loss, correct, *grads])
         if self.straggler_run:  # slower at all it did since its last allreduce: apply to compute
             grads, t2 = self._straggle(clock[0], grads)
@@ -153,6 +161,9 @@ class Step:
         return tf.stack([loss, correct, small, big, zeros]), times, tf.stack([t3, t4])
 
 
+_LATE = [0.0]  # how late time.sleep wakes up on this rank: a running mean, in seconds
+
+
 def _straggle(since, factor, extra_s) -> float:
     """The straggler's wait, outside TensorFlow's thread pools: the host sleeps, as it would
     while a slower device computes, and leaves the core to the other ranks (a spin would take
@@ -160,12 +171,22 @@ def _straggle(since, factor, extra_s) -> float:
     ``since`` (``tf.timestamp()``'s epoch seconds, as ``time.time()``) up to now includes what
     it took to enter this Python function (the GIL hand-over, 0.1-0.4 ms, paid by every rank of
     a straggler run), so the straggler is slower at exactly everything the others did too.
-    Returns the seconds slept (Linux oversleeps by ~0.05-0.1 ms: slightly slower than asked)."""
+
+    It ends on a deadline: the sleep is shortened by how late this rank's sleeps wake up (0.05 ms
+    on a quiet core, 0.2 ms and more on a busy one: a 30 % straggler then read load balance 0.80
+    instead of 0.85), and the last part is spun. Returns the seconds asked for."""
     now = time.time()
     wait = (now - float(since)) * float(factor) + float(extra_s)
-    if wait > 0:
-        time.sleep(wait)
-    return max(wait, 0.0)
+    if wait <= 0:
+        return 0.0
+    deadline, nap = now + wait, wait - _LATE[0]
+    if nap > 0:
+        t0 = time.time()
+        time.sleep(nap)
+        _LATE[0] += 0.1 * (time.time() - t0 - nap - _LATE[0])
+    while time.time() < deadline:  # the rest: precise to microseconds
+        pass
+    return wait
 
 
 __all__ = ["Step", "TIMES"]

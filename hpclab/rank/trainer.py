@@ -71,6 +71,8 @@ class Trainer:
         optimizers.set_precision(cfg.precision)
         self.steps_per_epoch = cfg.steps_per_epoch(self.world)
         self.total_steps = cfg.total_steps(self.world)
+        self.batches = cfg.local_batches(self.world)  # each rank's batch (batch_skew)
+        self.local_batch = self.batches[self.rank]
         self._build_data()
 
         self.model = models.build_model(cfg.model, self.input_shape, self.num_classes, cfg.seed)
@@ -87,8 +89,9 @@ class Trainer:
         self.lr_table = schedule.table  # the same numbers as RunConfig.lr_at(step, world)
         self.optimizer = optimizers.build_optimizer(self.cfg_dict, schedule)
         self.step = Step(
-            cfg, model=self.model, optimizer=self.optimizer, world=self.world, rank=self.rank
-        )
+            cfg, model=self.model, optimizer=self.optimizer, world=self.world, rank=self.rank,
+            share=self.local_batch * self.world / cfg.global_batch(self.world),
+        )  # fmt: skip
         self.grad_elems = float(sum(v.shape.num_elements() for v in self.model.trainable_variables))
         inner = self.optimizer.inner_optimizer if self.step.loss_scaled else self.optimizer
         inner.build(self.model.trainable_variables)
@@ -123,7 +126,7 @@ class Trainer:
         if self.rank != 0:
             arrays = data.load_arrays(self.cfg_dict, self.data_dir)
         self.num_classes, self.input_shape = arrays.num_classes, arrays.input_shape
-        B = cfg.batch_per_worker
+        B = self.local_batch
         self.val = None  # a Validation, built with the model (synthetic data has no validation)
         if cfg.dataset == "synthetic":
             self.num_classes = cfg.synthetic_classes
@@ -140,7 +143,8 @@ class Trainer:
             x, y = data.by_label(x, y)
         dealt = cfg.shuffle == "global"
         if not dealt:
-            x, y = data.shard(x, y, self.rank, self.world)
+            skewed = self.batches if cfg.batch_skew else None
+            x, y = data.shard(x, y, self.rank, self.world, skewed)
         self.feed = feed.ResidentShard(
             x, y, batch=B, seed=cfg.seed, rank=self.rank,
             augment=cfg.augment, augment_cost=cfg.augment_cost, deal=self.world if dealt else 0,
@@ -183,7 +187,7 @@ class Trainer:
         entries = {  # this rank's share of meters.REDUCED, by name
             "loss_sum": sums[0],
             "correct": sums[1],
-            "count": tf.cast(steps * self.cfg.batch_per_worker, tf.float32),
+            "count": tf.cast(steps * self.local_batch, tf.float32),
             "small_sq": sums[2],
             "big_sq": sums[3],
             "noise_samples": tf.constant(1.0 if self.track_noise else 0.0),
@@ -223,7 +227,7 @@ class Trainer:
         window = WindowMeter(B, world, spe)
         epochs = EpochMeter(world)
         rates = ThroughputLog()
-        clock = RankClock(B)
+        clock = RankClock(self.local_batch)
         feed = Publisher(
             publish_data if self.rank == 0 else None, cfg.publish_every_s, self.total_steps
         )

@@ -46,6 +46,7 @@ KNOBS = (
     # "where the time goes" (notebooks 06 and 07), in a section of their own
     "straggler_rank",
     "straggler_slowdown",
+    "batch_skew",
     "validation",
     "augment",
     "augment_cost",
@@ -221,6 +222,11 @@ def _time_widgets(w: dict[str, Any], b: RunConfig, W: Any) -> None:
         value=b.straggler_slowdown, min=0, max=95, step=5, description="its speed lost %",
         style=_DESC, layout=_WIDE,
     )  # fmt: skip
+    w["batch_skew"] = W.BoundedFloatText(
+        value=b.batch_skew, min=0, max=90, step=10, description="rank 0's batch +%",
+        tooltip="rank 0's batch this % larger, the others' smaller (the same global batch)",
+        style=_DESC, layout=_WIDE,
+    )  # fmt: skip
     for name, options in (("validation", VALIDATIONS), ("augment", AUGMENTS)):
         w[name] = W.ToggleButtons(
             options=options, value=getattr(b, name), style={"button_width": "72px"}
@@ -293,9 +299,10 @@ def arrange(w: dict[str, Any], below: Any = None) -> Any:
     time_box = W.HBox(
         [
             column(
-                "A slow rank, and who validates",
+                "Imbalance, and who validates",
                 w["straggler_rank"],
                 w["straggler_slowdown"],
+                w["batch_skew"],
                 labelled("validation", w["validation"]),
                 w["timeline_steps"],
             ),
