@@ -340,9 +340,11 @@ def test_panel_runs_and_charts_live_in_jupyterlab(jupyterlab):
             status = panel_status(page)
             assert second > first, f"the chart did not grow in 3 s ({first} → {second}): {status}"
             assert status.startswith("running: step"), status
-            # a steady stretch to judge the throughput line by: rows past the first call
-            wait_for(lambda: page.evaluate(PLOT_POINTS_JS) >= STEADY_POINTS + 2, 120,
-                     f"{STEADY_POINTS + 2} points", page)  # fmt: skip
+            # a steady stretch to judge the throughput line by: the last STEADY_POINTS rows of
+            # twice as many (the page's own loading and first draws share the two cores with
+            # the ranks for the first ~10 s: the line climbed 33k -> 64k once, in CI 12k -> 50k)
+            wait_for(lambda: page.evaluate(PLOT_POINTS_JS) >= 2 * STEADY_POINTS + 2, 180,
+                     f"{2 * STEADY_POINTS + 2} points", page)  # fmt: skip
             assert page.evaluate(SUBPLOTS_JS) == len(PANELS)
             assert page.evaluate(BARS_JS) >= len(PARTS)  # the split panel stacks the ranks' parts
             page.evaluate(
@@ -354,8 +356,8 @@ def test_panel_runs_and_charts_live_in_jupyterlab(jupyterlab):
                 shutil.copyfile(shot, ROOT / "docs" / "screenshot-panel.png")
             print(f"\ntest_browser: chart points {first} → {second} in 3 s; status {status!r}")
             # The plotted global throughput of this steady run (default smoothing), past the
-            # first call and the row after it: a line a student can read a trend from.
-            plotted = [r for r in page.evaluate(GLOBAL_RATE_JS) if r is not None][2:]
+            # warm-up: a line a student can read a trend from.
+            plotted = [r for r in page.evaluate(GLOBAL_RATE_JS) if r is not None][-STEADY_POINTS:]
             mean, cv = _mean_cv(plotted)
             print(f"test_browser: plotted global throughput {mean:,.0f} samples/s over "
                   f"{len(plotted)} points, CV {cv:.3f}")  # fmt: skip
@@ -377,7 +379,7 @@ def test_panel_runs_and_charts_live_in_jupyterlab(jupyterlab):
                 "Stop click"
             )
             assert page.evaluate(SUBPLOTS_JS) == len(PANELS)
-            # ... and the recorded rates themselves, unsmoothed, over the same steady stretch
+            # ... and the recorded rates themselves, unsmoothed, past the first call (printed)
             (record,) = (jupyterlab.root.parent / "runs").glob("*/metrics.jsonl")
             rows = [json.loads(line) for line in record.read_text().splitlines()]
             raw = [r["samples_per_sec"] for r in rows[2:] if r["samples_per_sec"]]
