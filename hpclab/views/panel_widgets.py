@@ -227,7 +227,8 @@ def _time_widgets(w: dict[str, Any], b: RunConfig, W: Any) -> None:
         tooltip="rank 0's batch this % larger, the others' smaller (the same global batch)",
         style=_DESC, layout=_WIDE,
     )  # fmt: skip
-    for name, options in (("validation", VALIDATIONS), ("augment", AUGMENTS)):
+    choices = (("validation", VALIDATIONS), ("augment", AUGMENTS), ("shards", SHARDS))
+    for name, options in (*choices, ("shuffle", SHUFFLES)):
         w[name] = W.ToggleButtons(
             options=options, value=getattr(b, name), style={"button_width": "72px"}
         )
@@ -235,10 +236,6 @@ def _time_widgets(w: dict[str, Any], b: RunConfig, W: Any) -> None:
         value=b.augment_cost, min=1, max=MAX_AUGMENT_COST, description="augment cost",
         style=_DESC, layout=_WIDE,
     )  # fmt: skip
-    for name, options in (("shards", SHARDS), ("shuffle", SHUFFLES)):
-        w[name] = W.ToggleButtons(
-            options=options, value=getattr(b, name), style={"button_width": "72px"}
-        )
     w["timeline_steps"] = W.BoundedIntText(
         value=b.timeline_steps, min=0, max=100_000, step=50, description="timeline steps",
         tooltip="record Horovod's timeline over this many steps into the run folder (0: off)",
