@@ -214,33 +214,28 @@ def build_widgets(base: RunConfig, workers: int) -> dict[str, Any]:
 def _time_widgets(w: dict[str, Any], b: RunConfig, W: Any) -> None:
     """The knobs of "where the time goes": a straggler, who validates, the input's work, the
     shards and shuffle, and a Horovod timeline of n steps (hpclab.pop, hpclab.timeline)."""
-    w["straggler_rank"] = W.BoundedIntText(
-        value=b.straggler_rank, min=-1, max=MAX_WORKERS - 1, description="straggler rank",
-        tooltip="the rank slowed on purpose (-1: none)", style=_DESC, layout=_WIDE,
+    numbers = (  # name, widget, min, max, step, label, tooltip
+        ("straggler_rank", W.BoundedIntText, -1, MAX_WORKERS - 1, 1, "straggler rank",
+         "the rank slowed on purpose (-1: none)"),
+        ("straggler_slowdown", W.BoundedFloatText, 0, 95, 5, "its speed lost %",
+         "30: that rank's useful work takes 1/0.7 = 1.43x as long"),
+        ("batch_skew", W.BoundedFloatText, 0, 90, 10, "rank 0's batch +%",
+         "rank 0's batch this % larger, the others' smaller (the same global batch)"),
+        ("augment_cost", W.BoundedIntText, 1, MAX_AUGMENT_COST, 10, "augment cost",
+         "noise passes per batch: more work, the same statistics"),
+        ("timeline_steps", W.BoundedIntText, 0, 100_000, 50, "timeline steps",
+         "record Horovod's timeline over this many steps into the run folder (0: off)"),
     )  # fmt: skip
-    w["straggler_slowdown"] = W.BoundedFloatText(
-        value=b.straggler_slowdown, min=0, max=95, step=5, description="its speed lost %",
-        style=_DESC, layout=_WIDE,
-    )  # fmt: skip
-    w["batch_skew"] = W.BoundedFloatText(
-        value=b.batch_skew, min=0, max=90, step=10, description="rank 0's batch +%",
-        tooltip="rank 0's batch this % larger, the others' smaller (the same global batch)",
-        style=_DESC, layout=_WIDE,
-    )  # fmt: skip
+    for name, kind, lo, hi, step, label, tip in numbers:
+        w[name] = kind(
+            value=getattr(b, name), min=lo, max=hi, step=step, description=label, tooltip=tip,
+            style=_DESC, layout=_WIDE,
+        )  # fmt: skip
     choices = (("validation", VALIDATIONS), ("augment", AUGMENTS), ("shards", SHARDS))
     for name, options in (*choices, ("shuffle", SHUFFLES)):
         w[name] = W.ToggleButtons(
             options=options, value=getattr(b, name), style={"button_width": "72px"}
         )
-    w["augment_cost"] = W.BoundedIntText(
-        value=b.augment_cost, min=1, max=MAX_AUGMENT_COST, description="augment cost",
-        style=_DESC, layout=_WIDE,
-    )  # fmt: skip
-    w["timeline_steps"] = W.BoundedIntText(
-        value=b.timeline_steps, min=0, max=100_000, step=50, description="timeline steps",
-        tooltip="record Horovod's timeline over this many steps into the run folder (0: off)",
-        style=_DESC, layout=_WIDE,
-    )  # fmt: skip
 
 
 def arrange(w: dict[str, Any], below: Any = None) -> Any:
