@@ -93,8 +93,8 @@ def test_evaluate_counts_every_sample_including_a_short_last_batch():
 
 def test_a_global_shuffle_deals_every_sample_once_an_epoch_and_new_shards_each_epoch():
     """shuffle="global": each rank holds the whole set; in every epoch the ranks' orders are
-    disjoint slices of one permutation (together every sample of the first world·n, once), the
-    same on a re-run, and a rank's slice changes from epoch to epoch."""
+    disjoint slices of one permutation of all 103 (102 dealt, the one left over differs from
+    epoch to epoch), the same on a re-run, and a rank's slice changes from epoch to epoch."""
     n_all, world = 103, 2  # 51 per rank, one sample dealt to nobody
     x = np.arange(n_all, dtype=np.float32)[:, None]
     y = np.arange(n_all, dtype=np.int32)
@@ -110,6 +110,8 @@ def test_a_global_shuffle_deals_every_sample_once_an_epoch_and_new_shards_each_e
         assert set(a) | set(b) <= set(range(n_all)) and len(set(a) | set(b)) == 102
     np.testing.assert_array_equal(orders(0)[0], orders(0)[0])
     assert set(orders(0)[0]) != set(orders(1)[0])  # a new shard each epoch
+    left_out = {e: set(range(n_all)) - set(np.concatenate(orders(e))) for e in range(8)}
+    assert len(set().union(*left_out.values())) > 1  # the tail is not always the same sample
     assert set(orders(0, seed=1)[0]) != set(orders(0)[0])
 
 

@@ -102,6 +102,21 @@ def test_uneven_batch_shares_load_the_bigger_rank_and_keep_the_global_batch(lab)
     assert summary["val_accuracy"] > 0.5, summary  # weighted gradients still train
 
 
+def test_uneven_batches_where_one_rank_has_the_mean_batch_still_train_together(lab):
+    """Three ranks at batch_skew=1: batches 65, 64 and 63, so rank 1's share is exactly 1. Every
+    rank must still build the same graph (Horovod names an allreduce after its tensors): a rank
+    that skipped the weighting because its share is 1 left the others waiting forever."""
+    cfg = RunConfig(epochs=1, eval_samples=0, batch_skew=1)
+    assert cfg.local_batches(3) == [65, 64, 63]
+    lab.restart(workers=3)
+    try:
+        run = lab.run(cfg)
+        run.wait(timeout=300)
+        assert run.status == "finished", run.error
+    finally:
+        lab.restart(workers=2)
+
+
 def test_online_augmentation_is_paid_in_the_input_part_offline_before_training(lab):
     """The input lesson: the same augmentation (30 noise passes a batch) done online makes every
     step wait for its batch, so the input share of the step rises far above a plain run's; done

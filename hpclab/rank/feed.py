@@ -14,8 +14,8 @@ the lab's sizes.
   ``order[s·B : (s+1)·B]`` — every sample at most once an epoch, the remainder dropped.
   With ``deal=world`` (``shuffle="global"``) it holds the *whole* training set instead, and
   epoch ``e``'s order is rank ``r``'s slice of one permutation of all samples, seeded
-  ``(seed, e)`` and so the same on every rank: the ranks share out every sample once an epoch,
-  and each epoch's shard is new (the reads that would cross the network: ``rank.stores``).
+  ``(seed, e)`` and so the same on every rank: the ranks share out all samples but the
+  ``len mod world`` left over (a different few each epoch), and each epoch's shard is new (the reads that would cross the network: ``rank.stores``).
 * :class:`SyntheticBatch` — Horovod's synthetic benchmark input (one random batch, generated on
   the device, repeated every step), with the same interface.
 * :func:`evaluate` — loss/correct/count sums over a resident validation shard in one call.
@@ -43,7 +43,7 @@ class ResidentShard:
         batch, deal = int(batch), int(deal)
         # deal > 0: x is the whole set, dealt out anew every epoch to `deal` ranks (module doc)
         self.deal, self.rank, self.n = deal, int(rank), len(x) // deal if deal else len(x)
-        self._all = tf.constant(self.n * deal, tf.int32)
+        self._all = tf.constant(len(x), tf.int32)  # dealt from all: the tail too, some epochs
         self._seeds = (int(seed), int(seed) * SEED_STRIDE + int(rank))
         if batch < 1 or self.n < batch:
             raise ValueError(
@@ -61,7 +61,9 @@ class ResidentShard:
         self.y = tf.constant(y)
         if augment == "offline":
             t0 = time.perf_counter()
-            seed = tf.stack([self._seed, tf.constant(-1, tf.int64)])
+            # dealt: every rank holds the same augmented copy of the whole set (one seed)
+            mine = self._seeds[0] if deal else self._seeds[1]
+            seed = tf.constant([mine, -1], tf.int64)
             self.x = tf.constant(augment_batch(self.x, seed, self.cost).numpy())
             self.offline_s = time.perf_counter() - t0
 

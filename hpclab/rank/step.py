@@ -45,10 +45,14 @@ class Step:
         self.loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
         # The noise scale needs two batch sizes: with one rank there is only one, so skip the norms
         # (and with uneven batches the small one is not one size).
-        self.track_noise = cfg.noise_scale and world > 1 and share == 1.0
+        self.track_noise = cfg.noise_scale and world > 1 and not cfg.batch_skew
         # Uneven batches (batch_skew): Horovod's average weighs ranks equally, so this rank's mean
-        # gradient is weighted by its share of the global batch (b_r·world/B): the average is
-        # then the global batch's mean gradient, as with even batches.
+        # gradient (and loss, for the mean the meters report) is weighted by its share of the
+        # global batch (b_r·world/B): the average is then the global batch's mean, as with even
+        # batches. Decided from the config, the same on every rank: a rank whose share happens
+        # to be 1 still multiplies, or its tensors' names (Horovod names its allreduces after
+        # them) would differ from the others' and the allreduce would never complete.
+        self.weighted = bool(cfg.batch_skew) and world > 1
         self.share = share
         grads = tf.function(self._loss_and_grads, jit_compile=True) if cfg.xla else None
         self.loss_and_grads = grads or self._loss_and_grads
@@ -127,8 +131,9 @@ class Step:
             x, y = batch()
         t1 = self._after([x, y])
         loss, correct, grads = self.loss_and_grads(x, y)
-        if self.share != 1.0:
+        if self.weighted:
             grads = [g * self.share for g in grads]
+            loss = loss * self.share
         t2 = self._after([loss, correct, *grads])
         if self.straggler_run:  # slower at all it did since its last allreduce: apply to compute
             grads, t2 = self._straggle(clock[0], grads)
@@ -179,11 +184,12 @@ def _straggle(since, factor, extra_s) -> float:
     wait = (now - float(since)) * float(factor) + float(extra_s)
     if wait <= 0:
         return 0.0
-    deadline, nap = now + wait, wait - _LATE[0]
-    if nap > 0:
-        t0 = time.time()
-        time.sleep(nap)
-        _LATE[0] += 0.1 * (time.time() - t0 - nap - _LATE[0])
+    # (never more than half the wait is spun: one very late wake-up must not turn every later
+    # wait into a spin, with nothing left to learn the lateness from)
+    deadline, nap = now + wait, wait - min(_LATE[0], wait / 2)
+    t0 = time.time()
+    time.sleep(nap)
+    _LATE[0] += 0.1 * (time.time() - t0 - nap - _LATE[0])
     while time.time() < deadline:  # the rest: precise to microseconds
         pass
     return wait

@@ -176,7 +176,10 @@ def timeline_figure(run_like: Any) -> go.Figure:
     allreduce — in milliseconds per step of each activity's own time (:mod:`hpclab.timeline`)."""
     f = facts_of([run_like])[0]
     tl = f.summary.get("timeline") or {}
-    by = tl.get("by_tensor") or {}
+    # (a summary from before per-group summaries: its activity totals, nested parts included)
+    by = tl.get("by_tensor") or (
+        {"all tensors": tl["ms_per_step"]} if tl.get("ms_per_step") else {}
+    )
     seen = {a for parts in by.values() for a in parts}
     order = [a for a in TIMELINE_COLORS if a in seen] + sorted(seen - set(TIMELINE_COLORS))
     tensors = sorted(by, key=lambda t: sum(by[t].values()))
