@@ -44,7 +44,8 @@ class ResidentShard:
         # deal > 0: x is the whole set, dealt out anew every epoch to `deal` ranks (module doc)
         self.deal, self.rank, self.n = deal, int(rank), len(x) // deal if deal else len(x)
         self._all = tf.constant(len(x), tf.int32)  # dealt from all: the tail too, some epochs
-        self._seeds = (int(seed), int(seed) * SEED_STRIDE + int(rank))
+        self._run_seed = tf.constant(int(seed), tf.int64)  # dealt orders: the same on all ranks
+        self._seed = tf.constant(int(seed) * SEED_STRIDE + int(rank), tf.int64)  # this rank's
         if batch < 1 or self.n < batch:
             raise ValueError(
                 f"this rank holds {self.n} training samples, fewer than one batch of {batch}; "
@@ -54,7 +55,6 @@ class ResidentShard:
             raise ValueError(f"x and y differ in length: {len(x)} inputs, {len(y)} labels.")
         self.batch = batch
         self.steps_per_epoch = self.n // batch
-        self._seed = tf.constant(self._seeds[1], tf.int64)
         self.online, self.cost = augment == "online", int(augment_cost)
         self.offline_s = 0.0  # seconds the offline augmentation took, before training
         self.x = tf.constant(x)
@@ -62,8 +62,7 @@ class ResidentShard:
         if augment == "offline":
             t0 = time.perf_counter()
             # dealt: every rank holds the same augmented copy of the whole set (one seed)
-            mine = self._seeds[0] if deal else self._seeds[1]
-            seed = tf.constant([mine, -1], tf.int64)
+            seed = tf.stack([self._run_seed if deal else self._seed, tf.constant(-1, tf.int64)])
             self.x = tf.constant(augment_batch(self.x, seed, self.cost).numpy())
             self.offline_s = time.perf_counter() - t0
 
@@ -72,9 +71,7 @@ class ResidentShard:
         shuffle = tf.random.experimental.stateless_shuffle
         epoch = tf.cast(epoch, tf.int64)
         if self.deal:  # one permutation of everything, the same on every rank: take our slice
-            everyone = shuffle(
-                tf.range(self._all), tf.stack([tf.constant(self._seeds[0], tf.int64), epoch])
-            )
+            everyone = shuffle(tf.range(self._all), tf.stack([self._run_seed, epoch]))
             return everyone[self.rank * self.n : (self.rank + 1) * self.n]
         return shuffle(tf.range(self.n, dtype=tf.int32), tf.stack([self._seed, epoch]))
 
