@@ -16,18 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hpclab import scaling
-from hpclab.catalog import (
-    CHOICES,
-    EVAL_POINTS,
-    GENERATED_VALIDATION_FRACTION,
-    MAX_AUGMENT_COST,
-    MAX_STEPS_PER_CALL,
-    MAX_TOTAL_STEPS,
-    MAX_WORKERS,
-    MIN_PUBLISH_EVERY_S,
-    STAGED_SIZES,
-    models_for,
-)
+from hpclab.catalog import EVAL_POINTS, GENERATED_VALIDATION_FRACTION, MAX_TOTAL_STEPS, STAGED_SIZES
+from hpclab.config_rules import check_workers, fail, validate
 from hpclab.errors import ConfigError
 
 
@@ -116,17 +106,17 @@ class RunConfig:
             value = getattr(self, name)
             if isinstance(value, list):
                 object.__setattr__(self, name, tuple(value))
-        _validate(self)
+        validate(self)
 
     # -- derived numbers ------------------------------------------------------------------------
     def global_batch(self, workers: int) -> int:
         """Samples per optimizer step across all ranks."""
-        return self.batch_per_worker * _check_workers(workers)
+        return self.batch_per_worker * check_workers(workers)
 
     def local_batches(self, workers: int) -> list[int]:
         """Each rank's batch: rank 0's ``batch_skew`` % larger, the others share the rest of the
         global batch evenly (uneven batch shares: load imbalance on purpose, hpclab.pop)."""
-        B, n = self.batch_per_worker, _check_workers(workers)
+        B, n = self.batch_per_worker, check_workers(workers)
         first = round(B * (1 + self.batch_skew / 100)) if n > 1 else B
         rest, extra = divmod(B * n - first, max(n - 1, 1))
         return [first] + [rest + (r < extra) for r in range(n - 1)]
@@ -214,14 +204,14 @@ class RunConfig:
     def derived(self, workers: int) -> dict:
         """The numbers worth printing before a run starts (a ConfigError if ``workers`` does not
         fit the config: every run asks for them before any rank starts)."""
-        if self.straggler_rank >= _check_workers(workers):
-            _fail(
+        if self.straggler_rank >= check_workers(workers):
+            fail(
                 "straggler_rank",
                 self.straggler_rank,
                 f"-1 (none) or a rank of this {workers}-worker run (0 to {workers - 1})",
             )
         if min(self.local_batches(workers)) < 1:
-            _fail("batch_skew", self.batch_skew, "a skew that leaves every rank a batch of >= 1")
+            fail("batch_skew", self.batch_skew, "a skew that leaves every rank a batch of >= 1")
         return {
             "workers": workers,
             "global_batch": self.global_batch(workers),
@@ -281,119 +271,3 @@ class RunConfig:
 
 def field_names() -> list[str]:
     return [f.name for f in dataclasses.fields(RunConfig)]
-
-
-# ---------------------------------------------------------------------------------------------
-# validation: every message names the field, the value passed and what is allowed
-# ---------------------------------------------------------------------------------------------
-
-
-def _fail(name: str, value: Any, allowed: str) -> None:
-    raise ConfigError(f"RunConfig.{name} must be {allowed}; you passed {name}={value!r}.")
-
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _is_number(v: Any) -> bool:
-    return (isinstance(v, (int, float)) and not isinstance(v, bool)) and math.isfinite(v)
-
-
-def _choice(cfg: RunConfig, name: str, choices: tuple) -> None:
-    value = getattr(cfg, name)
-    if not isinstance(value, str) or value not in choices:
-        _fail(name, value, "one of " + ", ".join(repr(c) for c in choices))
-
-
-def _int_range(cfg: RunConfig, name: str, lo: int, hi: int | None = None) -> None:
-    value = getattr(cfg, name)
-    if not _is_int(value) or value < lo or (hi is not None and value > hi):
-        rule = f"an integer >= {lo}" if hi is None else f"an integer from {lo} to {hi}"
-        _fail(name, value, rule)
-
-
-def _float_range(
-    cfg: RunConfig, name: str, lo: float, hi: float | None = None, *, lo_open: bool = False
-) -> None:
-    value = getattr(cfg, name)
-    ok = _is_number(value) and (value > lo if lo_open else value >= lo)
-    ok = ok and (hi is None or value <= hi)
-    if not ok:
-        bound = f"> {lo:g}" if lo_open else f">= {lo:g}"
-        rule = f"a finite number {bound}" + ("" if hi is None else f" and <= {hi:g}")
-        _fail(name, value, rule)
-
-
-def _check_workers(workers: Any) -> int:
-    if not _is_int(workers) or workers < 1:
-        raise ConfigError(f"workers must be an integer >= 1; you passed workers={workers!r}.")
-    return workers
-
-
-def _validate(cfg: RunConfig) -> None:
-    for name, allowed in CHOICES.items():
-        _choice(cfg, name, allowed)
-    _int_range(cfg, "augment_cost", 1, MAX_AUGMENT_COST)
-    _int_range(cfg, "num_samples", 100, 10_000_000)
-    _int_range(cfg, "batch_per_worker", 1, 65536)
-    _int_range(cfg, "base_batch", 1, 10_000_000)
-    _int_range(cfg, "steps_per_call", 0, MAX_STEPS_PER_CALL)
-    _int_range(cfg, "synthetic_classes", 2, 100_000)
-    _int_range(cfg, "max_steps", 0)
-    _int_range(cfg, "eval_every", 0, 10_000_000)
-    _int_range(cfg, "eval_samples", 0, 10_000_000)
-    _int_range(cfg, "seed", 0, 2**31 - 1)
-    _float_range(cfg, "epochs", 0.0, 10_000, lo_open=True)
-    _float_range(cfg, "base_lr", 0.0, 100.0, lo_open=True)
-    _float_range(cfg, "warmup_epochs", 0.0, 10_000)
-    _float_range(cfg, "momentum", 0.0, 0.999999)
-    _float_range(cfg, "weight_decay", 0.0, 1.0)
-    _float_range(cfg, "lars_eta", 0.0, 10.0, lo_open=True)
-    _float_range(cfg, "publish_every_s", 0.0, 3600)
-    if 0 < cfg.publish_every_s < MIN_PUBLISH_EVERY_S:  # every call would publish: a flood
-        _fail(
-            "publish_every_s",
-            cfg.publish_every_s,
-            f"0 (telemetry off) or from {MIN_PUBLISH_EVERY_S:g} to 3600 seconds",
-        )
-    _float_range(cfg, "hvd_cycle_time_ms", 0.0, 1000.0, lo_open=True)
-    _float_range(cfg, "hvd_fusion_mb", 0.0, 4096.0)
-    _int_range(cfg, "straggler_rank", -1, MAX_WORKERS - 1)
-    _float_range(cfg, "straggler_slowdown", 0.0, 95.0)
-    _float_range(cfg, "straggler_ms", 0.0, 10_000.0)
-    _float_range(cfg, "batch_skew", 0.0, 90.0)
-    if cfg.batch_skew and cfg.shuffle == "global":  # a global deal cuts equal slices
-        _fail("batch_skew", cfg.batch_skew, "0 with shuffle 'global' (its slices are equal)")
-    _int_range(cfg, "timeline_steps", 0, 100_000)
-    for name in ("fp16_allreduce", "noise_scale", "xla", "loss_scaling", "time_split"):
-        if not isinstance(getattr(cfg, name), bool):
-            _fail(name, getattr(cfg, name), "True or False")
-    if not isinstance(cfg.name, str) or len(cfg.name) > 120:
-        _fail("name", cfg.name, "a string of at most 120 characters")
-    if not isinstance(cfg.tags, tuple) or not all(isinstance(t, str) for t in cfg.tags):
-        _fail("tags", cfg.tags, "a list of strings")
-    shape = cfg.image_shape
-    if (
-        not isinstance(shape, tuple)
-        or len(shape) != 3
-        or not all(_is_int(s) for s in shape)
-        or not all(1 <= s <= 1024 for s in shape)
-    ):
-        _fail("image_shape", shape, "three integers (height, width, channels), each 1..1024")
-    for name, plain in (("augment", "none"), ("shards", "iid"), ("shuffle", "local")):
-        if getattr(cfg, name) != plain and cfg.dataset == "synthetic":  # one random batch
-            _fail(
-                name,
-                getattr(cfg, name),
-                f"{plain!r} with dataset 'synthetic' (its batch is random)",
-            )
-    fits = models_for(cfg.dataset)
-    if cfg.model not in fits:
-        _fail("model", cfg.model, f"a model for dataset {cfg.dataset!r}: one of {', '.join(fits)}")
-    if cfg.validation_size() < 1 or cfg.train_size() < cfg.batch_per_worker:
-        _fail(
-            "batch_per_worker",
-            cfg.batch_per_worker,
-            f"no larger than the training set ({cfg.train_size()} samples)",
-        )

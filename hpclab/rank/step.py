@@ -7,8 +7,9 @@ between them, so a rank learns where its step time goes without leaving the ``wh
 batch cut from the resident shard), ``compute`` (forward and
 backward, and a straggler's extra time), ``allreduce`` (Horovod's gradient average, *including
 the wait for the slowest rank*: the collective cannot finish before every rank has joined it) and
-``apply`` (the optimizer's update). Seven timestamps a step cost a few microseconds
-(``make bench`` compares telemetry on and off).
+``apply`` (the optimizer's update). Five timestamps a step are not free where two ranks share
+two busy cores: 2 ranks of cnn1d take 1.51 → 1.59 ms a step with them (one rank with a spare
+core shows no cost); ``make bench`` compares telemetry on and off (benchmarks/README.md).
 
 The straggler knob (``RunConfig.straggler_rank``, ``straggler_slowdown``, ``straggler_ms``)
 makes one rank slow on purpose, the way a throttled GPU, a noisy neighbour or a slower node does:
@@ -93,6 +94,11 @@ class Step:
             grads = self.optimizer.get_unscaled_gradients(grads)
         return tf.square(tf.linalg.global_norm(grads))
 
+    def _zeros(self, grads):
+        """Gradient elements exactly 0 (scaled or not): float16's underflow, made visible."""
+        tf = self.tf
+        return tf.add_n([tf.reduce_sum(tf.cast(tf.equal(g, 0), tf.float32)) for g in grads])
+
     def _after(self, tensors):
         """A timestamp taken once every tensor in ``tensors`` exists (float64 seconds); 0 when
         the split is off."""
@@ -117,13 +123,15 @@ class Step:
         t = self._after([])
         return self.tf.stack([t, t])
 
-    def __call__(self, batch, sample, clock):
+    def __call__(self, batch, clock, sample=False):
         """One step on ``batch()`` (a function cutting the batch, timed as input); ``clock`` is
         the previous step's ``[allreduce end, end]`` (or :meth:`start`): the gap to its end is
         the ``loop`` part; the straggler sizes its extra work from its allreduce end.
 
         Returns ``(loss, correct, |G_small|², |G_big|², gradient zeros)`` — norms and zeros only
-        when ``sample`` —, this rank's seconds of each part of :data:`TIMES`, and the new clock."""
+        when ``sample`` —, this rank's seconds of each part of :data:`TIMES` and the new clock.
+        ``sample`` is a Python flag: the call's last step is traced apart with it, so no step
+        pays a ``tf.cond``."""
         tf = self.tf
         t_prev = clock[1]
         t0 = self._after([t_prev])
@@ -137,21 +145,15 @@ class Step:
         t2 = self._after([loss, correct, *grads])
         if self.straggler_run:  # slower at all it did since its last allreduce: apply to compute
             grads, t2 = self._straggle(clock[0], grads)
-        small = big = zero = tf.constant(0.0)
-        zeros = tf.cond(  # elements exactly 0 in this rank's own gradient (scaled or not)
-            sample,
-            lambda: tf.add_n([tf.reduce_sum(tf.cast(tf.equal(g, 0), tf.float32)) for g in grads]),
-            lambda: zero,
-        )
-        if self.track_noise:
-            small = tf.cond(sample, lambda: self._sq_norm(grads), lambda: zero)  # before allreduce
+        zero = tf.constant(0.0)
+        zeros = self._zeros(grads) if sample else zero  # in this rank's own gradient
+        small = self._sq_norm(grads) if sample and self.track_noise else zero  # before allreduce
         if self.world > 1:
             # (not held back until t2: per_tensor allreduces overlap the backward pass, and
             # then only the part left after it — the exposed communication — counts as such)
             grads = self._allreduce(grads)
         t3 = self._after(grads)
-        if self.track_noise:
-            big = tf.cond(sample, lambda: self._sq_norm(grads), lambda: zero)  # after it
+        big = self._sq_norm(grads) if sample and self.track_noise else zero  # after it
         if self.loss_scaled:
             # Unscaled after the allreduce, not before: float16 compression keeps the range of
             # scaled values. The LossScaleOptimizer then skips a non-finite step and lowers its

@@ -170,19 +170,21 @@ class Trainer:
         """``steps`` optimizer steps from step ``start`` of ``epoch``; the reduced telemetry."""
         tf = self.tf
         order = self.feed.order(epoch)
-        last = steps - 1
+        last = steps - 1  # (steps >= 1: the last step, traced apart, samples the gradients)
+        batch = lambda i: lambda: self.feed.batch_at(order, start + i, epoch)  # noqa: E731 (input)
 
         def body(i, sums, times, clock):
-            batch = lambda: self.feed.batch_at(order, start + i, epoch)  # noqa: E731 (timed as input)
-            out, took, clock = self.step(batch, tf.equal(i, last), clock)
+            out, took, clock = self.step(batch(i), clock)
             return i + 1, sums + out, times + took, clock
 
-        _, sums, times, _ = tf.while_loop(
-            lambda i, *_: i < steps,
+        _, sums, times, clock = tf.while_loop(
+            lambda i, *_: i < last,
             body,
             (tf.constant(0), tf.zeros(5), tf.zeros(len(TIMES)), self.step.start()),
             parallel_iterations=1,
         )
+        out, took, _ = self.step(batch(last), clock, sample=True)
+        sums, times = sums + out, times + took
         decided = tf.cast(decisions, tf.float32)
         entries = {  # this rank's share of meters.REDUCED, by name
             "loss_sum": sums[0],
