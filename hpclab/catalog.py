@@ -56,6 +56,10 @@ SHARDS = ("iid", "by_label")
 #: Which samples a rank trains on each epoch: local (its own shard, reshuffled) or global (a new
 #: permutation of the whole training set dealt to the ranks every epoch; hpclab.rank.feed).
 SHUFFLES = ("local", "global")
+#: Silent data corruption (hpclab.rank.sdc): which tensor of one layer a single bit flip hits.
+SDC_TARGETS = ("none", "weights", "gradients", "activations")
+FLOAT32_BITS = 32  # bit 31 sign, 30-23 exponent, 22-0 mantissa (IEEE 754 binary32)
+MAX_ROLLBACKS = 3  # rollbacks to the same state before a run gives up (the fault is not transient)
 #: RunConfig fields with a closed set of values, and the values (config checks, CLI choices).
 CHOICES = {
     "dataset": DATASETS,
@@ -69,6 +73,7 @@ CHOICES = {
     "augment": AUGMENTS,
     "shards": SHARDS,
     "shuffle": SHUFFLES,
+    "sdc_target": SDC_TARGETS,
 }
 
 # -- limits -------------------------------------------------------------------------------------

@@ -88,6 +88,16 @@ class RunConfig:
     timeline_steps: int = knob(
         0, "record Horovod's timeline over this many steps after the first call (0 = off)"
     )
+    # -- silent data corruption (hpclab.rank.sdc) ----------------------------------------------
+    sdc_target: str = knob("none", "flip one bit of: none, weights, gradients or activations")
+    sdc_layer: int = knob(0, "SDC: which layer with weights (0 = the first conv/dense layer)")
+    sdc_bit: int = knob(30, "SDC: the float32 bit flipped (31 sign, 30-23 exponent, 22-0 mantissa)")
+    sdc_rank: int = knob(0, "SDC: the rank whose tensor is hit")
+    sdc_step: int = knob(10, "SDC: the optimizer step hit (0-based; weights flip just before it)")
+    spike_factor: float = knob(
+        0.0, "loss-spike detector: fire when a step's loss > this x its running mean (0 = off)"
+    )
+    rollback: bool = knob(False, "on a loss spike, every rank restores its last good state")
     publish_every_s: float = knob(0.5, "live telemetry cadence in seconds (0 = telemetry off)")
     noise_scale: bool = knob(True, "estimate the gradient noise scale (McCandlish et al. 2018)")
     time_split: bool = knob(
@@ -212,6 +222,18 @@ class RunConfig:
             )
         if min(self.local_batches(workers)) < 1:
             fail("batch_skew", self.batch_skew, "a skew that leaves every rank a batch of >= 1")
+        if self.sdc_target != "none" and self.sdc_rank >= workers:
+            fail(
+                "sdc_rank",
+                self.sdc_rank,
+                f"a rank of this {workers}-worker run (0 to {workers - 1})",
+            )
+        if self.sdc_target != "none" and self.sdc_step >= self.total_steps(workers):
+            fail(
+                "sdc_step",
+                self.sdc_step,
+                f"a step of this run (0 to {self.total_steps(workers) - 1})",
+            )
         return {
             "workers": workers,
             "global_batch": self.global_batch(workers),

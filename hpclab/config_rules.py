@@ -12,6 +12,7 @@ from typing import Any
 
 from hpclab.catalog import (
     CHOICES,
+    FLOAT32_BITS,
     MAX_AUGMENT_COST,
     MAX_STEPS_PER_CALL,
     MAX_WORKERS,
@@ -99,7 +100,8 @@ def validate(cfg) -> None:
     if cfg.batch_skew and cfg.shuffle == "global":  # a global deal cuts equal slices
         fail("batch_skew", cfg.batch_skew, "0 with shuffle 'global' (its slices are equal)")
     _int_range(cfg, "timeline_steps", 0, 100_000)
-    for name in ("fp16_allreduce", "noise_scale", "xla", "loss_scaling", "time_split"):
+    _sdc(cfg)
+    for name in ("fp16_allreduce", "noise_scale", "xla", "loss_scaling", "time_split", "rollback"):
         if not isinstance(getattr(cfg, name), bool):
             fail(name, getattr(cfg, name), "True or False")
     if not isinstance(cfg.name, str) or len(cfg.name) > 120:
@@ -130,3 +132,20 @@ def validate(cfg) -> None:
             cfg.batch_per_worker,
             f"no larger than the training set ({cfg.train_size()} samples)",
         )
+
+
+def _sdc(cfg) -> None:
+    """The fault injection and its detector (hpclab.rank.sdc)."""
+    _int_range(cfg, "sdc_layer", 0, 10_000)
+    _int_range(cfg, "sdc_bit", 0, FLOAT32_BITS - 1)
+    _int_range(cfg, "sdc_rank", 0, MAX_WORKERS - 1)
+    _int_range(cfg, "sdc_step", 0, 10_000_000)
+    _float_range(cfg, "spike_factor", 0.0, 1e6)
+    if 0 < cfg.spike_factor <= 1:  # every step above its own mean would fire
+        fail("spike_factor", cfg.spike_factor, "0 (off) or a factor > 1 (e.g. 3)")
+    if cfg.rollback and not cfg.spike_factor:
+        fail("rollback", cfg.rollback, "False unless spike_factor > 0 (the detector triggers it)")
+    if cfg.sdc_target == "activations" and cfg.precision != "float32":  # 16-bit activations
+        fail("sdc_target", cfg.sdc_target, "'weights' or 'gradients' with a mixed precision")
+    if cfg.sdc_target == "activations" and cfg.xla:  # the flip wraps a layer's activation
+        fail("sdc_target", cfg.sdc_target, "'weights' or 'gradients' with xla=True")

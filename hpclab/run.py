@@ -253,6 +253,10 @@ class Run:
         self._merge(rank0.pop("rows", []), rank0.pop("epochs", []))
         summary = {k: v for k, v in rank0.items() if k != "rank"}
         summary["weights_digest"] = [o["weights_digest"] for o in outcomes]
+        if summary.get("sdc"):  # every rank's weight digest right after the flip, its values
+            ranks = [o["sdc"] or {} for o in outcomes]
+            summary["sdc"]["digest_after"] = [r.get("digest_after") for r in ranks]
+            summary["sdc"].update({k: r[k] for r in ranks for k in ("before", "after") if k in r})
         self._complete(summary["status"], summary.get("error"), summary)
 
     def _peer_failed(self) -> bool:

@@ -129,3 +129,40 @@ def evaluate(model, x: tf.Tensor, y: tf.Tensor, batch: int) -> tf.Tensor:
 
     _, sums = tf.while_loop(lambda i, _: i < batches, body, (tf.constant(0), tf.zeros(3)))
     return sums
+
+
+def for_rank(cfg, arrays, rank: int, world: int):
+    """This rank's training input for run ``cfg``: a :class:`ResidentShard` of ``arrays``
+    (hpclab.rank.data.Arrays), or the synthetic batch. A ValueError if the shard holds fewer
+    steps than an epoch of the catalogue's size needs (a truncated staged file)."""
+    from hpclab.rank import data
+
+    batches = cfg.local_batches(world)  # each rank's batch (batch_skew)
+    B = batches[rank]
+    if cfg.dataset == "synthetic":
+        return SyntheticBatch(
+            cfg.image_shape, batch=B, seed=cfg.seed + rank, num_classes=cfg.synthetic_classes
+        )
+    # Horovod: each rank trains on its own shard of the training set (and validates on its own
+    # shard of the validation set: hpclab.rank.validation).
+    # shards="by_label": sorted by class first (non-iid shards); shuffle="global": every
+    # rank holds the whole set and takes its slice of a new permutation each epoch
+    x, y = arrays.x_train, arrays.y_train
+    if cfg.shards == "by_label":
+        x, y = data.by_label(x, y)
+    dealt = cfg.shuffle == "global"
+    if not dealt:
+        x, y = data.shard(x, y, rank, world, batches if cfg.batch_skew else None)
+    feed = ResidentShard(
+        x, y, batch=B, seed=cfg.seed, rank=rank,
+        augment=cfg.augment, augment_cost=cfg.augment_cost, deal=world if dealt else 0,
+    )  # fmt: skip
+    needed = cfg.steps_per_epoch(world)
+    if feed.steps_per_epoch < needed:
+        raise ValueError(
+            f"{cfg.dataset}: this rank holds {feed.n} training samples, enough for "
+            f"{feed.steps_per_epoch} steps of batch {B}, but an epoch of the catalogue's "
+            f"{cfg.train_size()} samples needs {needed}; the staged file is "
+            "smaller than the data set it names: stage the full set, or choose another."
+        )
+    return feed

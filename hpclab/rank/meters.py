@@ -271,6 +271,14 @@ class EpochMeter:
         self.t0 = now
         return row
 
+    def rollback(self, step: int) -> None:
+        """Every rank restored its state before step ``step`` (hpclab.rank.sdc): the epochs
+        closed after it are gone (in place: the publisher holds this list) and the open one
+        restarts its sums."""
+        del self.rows[sum(1 for r in self.rows if r["step"] <= step) :]
+        self.sums[:] = 0
+        self.steps = 0
+
 
 class ThroughputLog:
     """Global rate per call and per-rank rates per window, summarised the Horovod-benchmark way."""

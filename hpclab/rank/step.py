@@ -35,7 +35,9 @@ TIMES = ("loop", "input", "compute", "allreduce", "apply")  # seconds summed per
 class Step:
     """The traced arithmetic of one step on this rank; built once per run by the trainer."""
 
-    def __init__(self, cfg, *, model, optimizer, world: int, rank: int, share: float = 1.0):
+    def __init__(
+        self, cfg, *, model, optimizer, world: int, rank: int, share: float = 1.0, fault=None
+    ):
         import horovod.tensorflow as hvd
         import tensorflow as tf
 
@@ -55,6 +57,10 @@ class Step:
         # them) would differ from the others' and the allreduce would never complete.
         self.weighted = bool(cfg.batch_skew) and world > 1
         self.share = share
+        # silent data corruption (hpclab.rank.sdc): the planned flip, and the loss-spike
+        # detector, which needs the global-batch loss of every step (it rides in the allreduce)
+        self.fault = fault
+        self.detect = cfg.spike_factor > 0
         grads = tf.function(self._loss_and_grads, jit_compile=True) if cfg.xla else None
         self.loss_and_grads = grads or self._loss_and_grads
         # A straggler run builds the same graph on every rank (the others wait 0 s): Horovod
@@ -68,16 +74,30 @@ class Step:
         # a straggler run needs them to size its wait
         self.timed = cfg.time_split or self.straggler_run
 
-    def _loss_and_grads(self, x, y):
-        """Forward and backward (XLA-compiled with ``xla=True``); loss-scaled under float16."""
+    def _loss_and_grads(self, x, y, flip=None):
+        """Forward and backward (XLA-compiled with ``xla=True``); loss-scaled under float16;
+        ``flip``: the activation fault's XOR mask (tensor), for the call's last step only."""
         tf = self.tf
         with tf.GradientTape() as tape:
-            logits = tf.cast(self.model(x, training=True), tf.float32)
+            logits = tf.cast(self._forward(x, flip), tf.float32)
             loss = self.loss_fn(y, logits)
             target = self.optimizer.get_scaled_loss(loss) if self.loss_scaled else loss
         grads = tape.gradient(target, self.model.trainable_variables)
         pred = tf.argmax(logits, axis=-1, output_type=y.dtype)
         return loss, tf.reduce_sum(tf.cast(tf.equal(pred, y), tf.float32)), grads
+
+    def _forward(self, x, flip):
+        """The model on ``x``; with an activation ``flip``, the planned layer's activation
+        passes through the fault while this step is traced (no other step carries it)."""
+        fault = self.fault
+        if flip is None or fault is None or fault.target != "activations":
+            return self.model(x, training=True)
+        layer, activation = fault.layer, fault.layer.activation
+        layer.activation = lambda z: fault.flip_tensor(self.tf, activation(z), flip)
+        try:
+            return self.model(x, training=True)
+        finally:
+            layer.activation = activation
 
     def _allreduce(self, grads):
         """Horovod: average gradients over ranks: one grouped (fused) op, or one per tensor so each
@@ -123,35 +143,46 @@ class Step:
         t = self._after([])
         return self.tf.stack([t, t])
 
-    def __call__(self, batch, clock, sample=False):
+    def __call__(self, batch, clock, sample=False, flip=None):
         """One step on ``batch()`` (a function cutting the batch, timed as input); ``clock`` is
         the previous step's ``[allreduce end, end]`` (or :meth:`start`): the gap to its end is
         the ``loop`` part; the straggler sizes its extra work from its allreduce end.
 
         Returns ``(loss, correct, |G_small|², |G_big|², gradient zeros)`` — norms and zeros only
-        when ``sample`` —, this rank's seconds of each part of :data:`TIMES` and the new clock.
+        when ``sample`` —, this rank's seconds of each part of :data:`TIMES`, the new clock and
+        the loss the spike detector judges (the global batch's with the detector on).
         ``sample`` is a Python flag: the call's last step is traced apart with it, so no step
-        pays a ``tf.cond``."""
+        pays a ``tf.cond``; it alone takes ``flip``, the fault's XOR mask (0: none)."""
         tf = self.tf
         t_prev = clock[1]
         t0 = self._after([t_prev])
         with tf.control_dependencies([t0] if self.timed else []):
             x, y = batch()
         t1 = self._after([x, y])
-        loss, correct, grads = self.loss_and_grads(x, y)
+        if flip is not None and self.fault.target == "activations":
+            loss, correct, grads = self._loss_and_grads(x, y, flip)
+        else:
+            loss, correct, grads = self.loss_and_grads(x, y)
         if self.weighted:
             grads = [g * self.share for g in grads]
             loss = loss * self.share
         t2 = self._after([loss, correct, *grads])
         if self.straggler_run:  # slower at all it did since its last allreduce: apply to compute
             grads, t2 = self._straggle(clock[0], grads)
+        if flip is not None and self.fault.target == "gradients":  # before the allreduce
+            i = self.fault.var_index
+            grads = [*grads[:i], self.fault.flip_tensor(tf, grads[i], flip), *grads[i + 1 :]]
         zero = tf.constant(0.0)
         zeros = self._zeros(grads) if sample else zero  # in this rank's own gradient
         small = self._sq_norm(grads) if sample and self.track_noise else zero  # before allreduce
+        judged = loss
         if self.world > 1:
             # (not held back until t2: per_tensor allreduces overlap the backward pass, and
             # then only the part left after it — the exposed communication — counts as such)
-            grads = self._allreduce(grads)
+            if self.detect:  # the detector's loss, averaged with the gradients (one fused op)
+                *grads, judged = self._allreduce([*grads, loss])
+            else:
+                grads = self._allreduce(grads)
         t3 = self._after(grads)
         big = self._sq_norm(grads) if sample and self.track_noise else zero  # after it
         if self.loss_scaled:
@@ -165,7 +196,7 @@ class Step:
         # last is ordered after it: tf.function runs reads and writes of a variable in order)
         t4 = self._after([self.optimizer.iterations.read_value()])
         times = tf.cast(tf.stack([t0 - t_prev, t1 - t0, t2 - t1, t3 - t2, t4 - t3]), tf.float32)
-        return tf.stack([loss, correct, small, big, zeros]), times, tf.stack([t3, t4])
+        return tf.stack([loss, correct, small, big, zeros]), times, tf.stack([t3, t4]), judged
 
 
 _LATE = [0.0]  # how late time.sleep wakes up on this rank: a running mean, in seconds

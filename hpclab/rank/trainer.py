@@ -21,7 +21,7 @@ import hashlib
 import time
 from pathlib import Path
 
-from hpclab.catalog import MAX_STEPS_PER_CALL
+from hpclab.catalog import MAX_ROLLBACKS, MAX_STEPS_PER_CALL
 from hpclab.config import RunConfig
 from hpclab.health import judge
 from hpclab.metrics import NoiseScale
@@ -61,7 +61,7 @@ class Trainer:
         import numpy as np
         import tensorflow as tf
 
-        from hpclab.rank import models, optimizers
+        from hpclab.rank import models, optimizers, sdc
 
         cfg = self.cfg
         self.tf, self.hvd, self.np = tf, hvd, np
@@ -100,12 +100,15 @@ class Trainer:
             hvd.broadcast_variables(self.model.variables, root_rank=0)
             hvd.broadcast_variables(inner.variables, root_rank=0)
         self.track_noise = self.step.track_noise
+        self.watch = sdc.Watch(cfg, self.model, inner, self.rank)  # bit flip, spike detector
+        self.step.fault = self.watch.fault
         # Fixed signatures: one trace per run, whatever the call's step count or epoch.
         scalar = tf.TensorSpec([], tf.int32)
         self.train_call = tf.function(
             self._train_call,
-            input_signature=[scalar, scalar, scalar, tf.TensorSpec([len(DECISIONS)], tf.float64)],
-        )
+            input_signature=[scalar, scalar, scalar, tf.TensorSpec([len(DECISIONS)], tf.float64),
+                             tf.TensorSpec([3], tf.float32), scalar],
+        )  # fmt: skip
 
     def _build_data(self) -> None:
         from hpclab.rank import data, feed
@@ -126,36 +129,10 @@ class Trainer:
         if self.rank != 0:
             arrays = data.load_arrays(self.cfg_dict, self.data_dir)
         self.num_classes, self.input_shape = arrays.num_classes, arrays.input_shape
-        B = self.local_batch
         self.val = None  # a Validation, built with the model (synthetic data has no validation)
         if cfg.dataset == "synthetic":
             self.num_classes = cfg.synthetic_classes
-            self.feed = feed.SyntheticBatch(
-                cfg.image_shape, batch=B, seed=cfg.seed + self.rank, num_classes=self.num_classes
-            )
-            return
-        # Horovod: each rank trains on its own shard of the training set and validates on its
-        # own shard of the validation set.
-        # shards="by_label": sorted by class first (non-iid shards); shuffle="global": every
-        # rank holds the whole set and takes its slice of a new permutation each epoch
-        x, y = arrays.x_train, arrays.y_train
-        if cfg.shards == "by_label":
-            x, y = data.by_label(x, y)
-        dealt = cfg.shuffle == "global"
-        if not dealt:
-            skewed = self.batches if cfg.batch_skew else None
-            x, y = data.shard(x, y, self.rank, self.world, skewed)
-        self.feed = feed.ResidentShard(
-            x, y, batch=B, seed=cfg.seed, rank=self.rank,
-            augment=cfg.augment, augment_cost=cfg.augment_cost, deal=self.world if dealt else 0,
-        )  # fmt: skip
-        if self.feed.steps_per_epoch < self.steps_per_epoch:
-            raise ValueError(
-                f"{cfg.dataset}: this rank holds {self.feed.n} training samples, enough for "
-                f"{self.feed.steps_per_epoch} steps of batch {B}, but an epoch of the catalogue's "
-                f"{cfg.train_size()} samples needs {self.steps_per_epoch}; the staged file is "
-                "smaller than the data set it names: stage the full set, or choose another."
-            )
+        self.feed = feed.for_rank(cfg, arrays, self.rank, self.world)
         self.val_arrays = (arrays.x_val, arrays.y_val)
 
     def _barrier(self, failed: bool = False) -> bool:
@@ -166,25 +143,29 @@ class Trainer:
         return float(flag) > 0
 
     # -- the compiled call ---------------------------------------------------------------
-    def _train_call(self, epoch, start, steps, decisions):
-        """``steps`` optimizer steps from step ``start`` of ``epoch``; the reduced telemetry."""
+    def _train_call(self, epoch, start, steps, decisions, guard, flip):
+        """``steps`` optimizer steps from step ``start`` of ``epoch``; the reduced telemetry, this
+        rank's time split and the spike detector's ``guard`` state (``flip``: the fault's mask)."""
         tf = self.tf
         order = self.feed.order(epoch)
         last = steps - 1  # (steps >= 1: the last step, traced apart, samples the gradients)
         batch = lambda i: lambda: self.feed.batch_at(order, start + i, epoch)  # noqa: E731 (input)
 
-        def body(i, sums, times, clock):
-            out, took, clock = self.step(batch(i), clock)
-            return i + 1, sums + out, times + took, clock
+        check = self.watch.guard.check if self.watch.guard.on else lambda _, g, *__: g
 
-        _, sums, times, clock = tf.while_loop(
+        def body(i, sums, times, clock, guard):
+            out, took, clock, loss = self.step(batch(i), clock)
+            return i + 1, sums + out, times + took, clock, check(tf, guard, loss, i)
+
+        _, sums, times, clock, guard = tf.while_loop(
             lambda i, *_: i < last,
             body,
-            (tf.constant(0), tf.zeros(5), tf.zeros(len(TIMES)), self.step.start()),
+            (tf.constant(0), tf.zeros(5), tf.zeros(len(TIMES)), self.step.start(), guard),
             parallel_iterations=1,
         )
-        out, took, _ = self.step(batch(last), clock, sample=True)
-        sums, times = sums + out, times + took
+        flip = flip if self.watch.in_call else None
+        out, took, _, loss = self.step(batch(last), clock, sample=True, flip=flip)
+        sums, times, guard = sums + out, times + took, check(tf, guard, loss, last)
         decided = tf.cast(decisions, tf.float32)
         entries = {  # this rank's share of meters.REDUCED, by name
             "loss_sum": sums[0],
@@ -202,7 +183,7 @@ class Trainer:
         if self.world > 1:
             # Horovod: one small allreduce a call: every rank learns the sums and rank 0's decisions.
             mine = self.hvd.allreduce(mine, op=self.hvd.Sum, name="hpclab_telemetry")
-        return mine, times  # the times stay this rank's own (gathered on publish calls)
+        return mine, times, guard  # the times stay this rank's own (gathered on publish calls)
 
     def _gather_detail(self, mine):
         """Horovod: every rank's own timings, on publish calls only (O(world) twice a second)."""
@@ -253,11 +234,15 @@ class Trainer:
         feed.publish("running", step)  # tells the client the ranks reached the loop
         while step < self.total_steps:
             epoch, in_epoch = divmod(step, spe)
-            k = int(min(k_plan, spe - in_epoch, self.total_steps - step, self._to_eval(step)))
+            k = int(min(k_plan, spe - in_epoch, self.total_steps - step, self._to_eval(step),
+                        self.watch.fault.steps_to_cut(step)))  # fmt: skip
+            self.watch.before_call(self.model, step, self.digest)
+            guard, flip = self.watch.inputs(step, k)
             t0 = time.perf_counter()
-            reduced, took = self.train_call(
-                tf.constant(epoch), tf.constant(in_epoch), tf.constant(k), tf.constant(decisions)
-            )
+            reduced, took, guard = self.train_call(
+                tf.constant(epoch), tf.constant(in_epoch), tf.constant(k), tf.constant(decisions),
+                tf.constant(guard), tf.constant(flip),
+            )  # fmt: skip
             reduced, took = reduced.numpy(), took.numpy()  # syncs
             t1 = time.perf_counter()
             timing.setdefault("first_call_s", t1 - t0)  # graph optimisation happens here
@@ -266,6 +251,13 @@ class Trainer:
             clock.add(k, t1 - t0, t0 - t_prev - evaluating, took)
             rates.add_call(k * B * world, t1 - t_prev - evaluating)
             t_prev, evaluating = t1, 0.0
+            spike = self.watch.after_call(guard.numpy(), step, k, self.digest)
+            if spike is not None and cfg.rollback:  # every rank: the same spike, the same state
+                back = self.watch.guard.restore(spike, MAX_ROLLBACKS)
+                if back is not None:
+                    self.watch.guard.events[-1]["restored_step"] = step = back
+                    epochs.rollback(back)
+                    continue
             step += k
             timeline.after_call(step)
             window.add(reduced, k)
@@ -273,7 +265,13 @@ class Trainer:
             if noise is not None and reduced[R["noise_samples"]] > 0:
                 n = reduced[R["noise_samples"]]
                 noise.update(reduced[R["small_sq"]] / n, reduced[R["big_sq"]] / n)
-            if reduced[R["nonfinite"]] > 0:
+            if spike is not None and cfg.rollback:
+                status = "diverged"
+                error = (
+                    f"the loss spiked at step {spike} again after {MAX_ROLLBACKS} rollbacks to the "
+                    "same state: the fault is not transient (or the spike factor too low)"
+                )
+            elif reduced[R["nonfinite"]] > 0:
                 status = "diverged"
                 error = (
                     f"the loss became NaN or infinite at step {step} "
@@ -363,6 +361,7 @@ class Trainer:
             "noise_scale": noise.value if noise is not None else None,
             "grad_zero_fraction": window.run_ratio("grad_zeros", "grad_elems"),
             "weights_digest": self.digest(),
+            "sdc": self.watch.summary() if self.watch.fault.on or self.watch.guard.on else None,
             # what the optimizer itself counted and used last (tests check them against steps)
             "optimizer_steps": int(self.optimizer.iterations.numpy()),
             "optimizer_last_lr": float(self.schedule(self.optimizer.iterations - 1)),
