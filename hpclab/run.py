@@ -102,17 +102,18 @@ class Run:
 
         return run_csv(self, table, path)
 
-    def wait(self, timeout: float | None = None) -> dict:
-        """Block until the run ends; return the summary. Raises RunFailed if it failed/diverged,
+    def wait(self, timeout: float | None = None, *, check: bool = True) -> dict:
+        """Block until the run ends; return the summary. Raises RunFailed if it failed/diverged
+        (with ``check=False`` it returns what there is: the status says what happened),
         TimeoutError if it is still running after `timeout` seconds (the run goes on)."""
         if not self._done.wait(timeout):
             raise TimeoutError(
                 f"run {self.run_id} is still running after {timeout} s "
                 "(it goes on; call run.stop() to end it)."
             )
-        if self.status in ("failed", "diverged"):
+        if check and self.status in ("failed", "diverged"):
             raise RunFailed(f"run {self.run_id} {self.status}: {self.error}")
-        return self.summary
+        return self.summary or {}
 
     def stop(self, timeout: float = 5.0) -> None:
         """Ask every rank to stop after the same step; wait up to `timeout` s for them."""

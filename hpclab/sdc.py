@@ -99,6 +99,27 @@ def monte_carlo(
     return frame
 
 
+def runs_table(runs) -> pd.DataFrame:
+    """One row per run: what was flipped (``after`` the flip, from ``before``), when the
+    detector fired, whether the replicas were equal right after the flip and at the end, the
+    rollbacks, the run's status and held-out accuracy."""
+    rows = []
+    for run in runs:
+        s = run.summary or {}
+        f = s.get("sdc") or {}
+        after = f.get("digest_after") or []
+        rows.append({
+            "label": run.label, "status": run.status, "flipped": f.get("target", "none"),
+            "bit": f.get("bit"), "before": f.get("before"), "after": f.get("after"),
+            "detected_step": f.get("detected_step"),
+            "replicas_equal_after_flip": len(set(after)) == 1 if after else None,
+            "replicas_equal_at_end": len(set(s.get("weights_digest") or [])) == 1,
+            "rollbacks": len([e for e in f.get("rollbacks", []) if "restored_step" in e]),
+            "val_accuracy": s.get("val_accuracy"),
+        })  # fmt: skip
+    return pd.DataFrame(rows)
+
+
 def wilson(failures: int, n: int, z: float = 1.96) -> tuple[float, float]:
     """The Wilson score interval of a proportion (95 % by default)."""
     if n == 0:
@@ -151,4 +172,4 @@ def figure(rates: pd.DataFrame) -> go.Figure:
     return fig
 
 
-__all__ = ["BITS", "monte_carlo", "failure_rates", "figure", "wilson", "bit_field"]
+__all__ = ["BITS", "monte_carlo", "runs_table", "failure_rates", "figure", "wilson", "bit_field"]

@@ -41,6 +41,7 @@ EXPECTED = [
     "05_critical_batch",
     "06_where_time_goes",
     "07_input_and_io",
+    "08_silent_data_corruption",
 ]
 
 CELL_TIMEOUT_S = 300  # one cell (a sweep) may take this long before nbclient gives up
@@ -132,7 +133,48 @@ def _claim_07(runs_dir: Path) -> str:
     )
 
 
-CLAIMS = {"06_where_time_goes": _claim_06, "07_input_and_io": _claim_07}
+def _claim_08(runs_dir: Path) -> str:
+    """Notebook 08: bit 30 of a weight on rank 1 splits the replicas at once, the detector fires
+    within two steps and the run diverges; with rollback it heals, equal replicas, the clean
+    accuracy; a gradient flip keeps the replicas equal; bit 0 keeps accuracy within a point but
+    the replicas apart; the Monte-Carlo's failure rate falls from the exponent's top bit to the
+    mantissa bits."""
+    import pandas as pd
+
+    from hpclab import load_run
+    from hpclab.sdc import failure_rates
+
+    runs = [load_run(p.parent) for p in sorted(runs_dir.glob("*/config.json"))]
+    by = {(r.config["sdc_target"], r.config["sdc_bit"], r.config["rollback"]): r for r in runs}
+    clean, broken = by[("none", 30, False)], by[("weights", 30, False)]
+    healed, grad, low = (
+        by[("weights", 30, True)],
+        by[("gradients", 30, True)],
+        by[("weights", 0, False)],
+    )
+    flip = broken.summary["sdc"]
+    assert broken.status == "diverged" and 0 <= flip["detected_step"] - 40 <= 2, flip
+    assert len(set(flip["digest_after"])) == 2, flip
+    assert healed.status == "finished" and len(set(healed.summary["weights_digest"])) == 1
+    assert healed.summary["val_accuracy"] == pytest.approx(clean.summary["val_accuracy"], abs=0.01)
+    assert len(set(grad.summary["sdc"]["digest_after"])) == 1, grad.summary["sdc"]
+    assert abs(low.summary["val_accuracy"] - clean.summary["val_accuracy"]) <= 0.01
+    assert (
+        len(set(low.summary["weights_digest"])) == 2 and low.summary["sdc"]["detected_step"] is None
+    )
+    studies = sorted((runs_dir / ".sdc").glob("*.csv"))
+    assert len(studies) == 1, studies
+    rates = failure_rates(pd.read_csv(studies[0])).set_index("bit")["p_fail_given_sdc"]
+    assert rates[30] >= 0.7 and rates[30] > max(rates[22], rates[0]), rates
+    assert rates[[30, 29, 27]].mean() > rates[[22, 0]].mean(), rates
+    return f"bit 30 detected at {flip['detected_step']}; P(failure | SDC) by bit {rates.to_dict()}"
+
+
+CLAIMS = {
+    "06_where_time_goes": _claim_06,
+    "07_input_and_io": _claim_07,
+    "08_silent_data_corruption": _claim_08,
+}
 
 
 def _ids(paths):
