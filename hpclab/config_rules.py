@@ -101,6 +101,11 @@ def validate(cfg) -> None:
         fail("batch_skew", cfg.batch_skew, "0 with shuffle 'global' (its slices are equal)")
     _int_range(cfg, "timeline_steps", 0, 100_000)
     _sdc(cfg)
+    _int_range(cfg, "average_every", 1, 100_000)
+    if cfg.update != "sync":
+        for name, plain in (("batch_skew", 0.0), ("fp16_allreduce", False)):
+            if getattr(cfg, name) != plain:  # (uneven replicas; float16 models)
+                fail(name, getattr(cfg, name), f"{plain!r} with update {cfg.update!r}")
     for name in ("fp16_allreduce", "noise_scale", "xla", "loss_scaling", "time_split", "rollback"):
         if not isinstance(getattr(cfg, name), bool):
             fail(name, getattr(cfg, name), "True or False")

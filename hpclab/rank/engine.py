@@ -115,3 +115,10 @@ def train(cfg_dict: dict, run_dir: str, data_dir: str) -> dict:
     # the trainer alive until the next run so this rank's reply goes out at once.
     _STATE["last_trainer"] = trainer
     return summary
+
+
+def last_weights() -> list:
+    """This rank's weights as the last run left them (NumPy arrays; [] before any run): to
+    compare replicas, or two runs' models, to a tolerance (a digest only says equal or not)."""
+    trainer = _STATE.get("last_trainer")
+    return [] if trainer is None else trainer.model.get_weights()

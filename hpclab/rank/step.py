@@ -28,6 +28,7 @@ from __future__ import annotations
 import time
 
 from hpclab.pop import straggler_factor
+from hpclab.rank import averaging
 
 TIMES = ("loop", "input", "compute", "allreduce", "apply")  # seconds summed per call, in order
 
@@ -49,6 +50,9 @@ class Step:
         # The noise scale needs two batch sizes: with one rank there is only one, so skip the norms
         # (and with uneven batches the small one is not one size).
         self.track_noise = cfg.noise_scale and world > 1 and not cfg.batch_skew
+        # local SGD (hpclab.rank.averaging): no gradient allreduce, the models averaged instead
+        self.averaging = averaging.for_run(cfg, model, world)
+        self.track_noise = self.track_noise and self.averaging is None
         # Uneven batches (batch_skew): Horovod's average weighs ranks equally, so this rank's mean
         # gradient (and loss, for the mean the meters report) is weighted by its share of the
         # global batch (b_r·world/B): the average is then the global batch's mean, as with even
@@ -176,7 +180,10 @@ class Step:
         zeros = self._zeros(grads) if sample else zero  # in this rank's own gradient
         small = self._sq_norm(grads) if sample and self.track_noise else zero  # before allreduce
         judged = loss
-        if self.world > 1:
+        if self.averaging is not None:  # local gradients; the detector's loss is averaged alone
+            if self.detect:
+                judged = self.hvd.allreduce(loss, op=self.hvd.Average, name="hpclab_spike_loss")
+        elif self.world > 1:
             # (not held back until t2: per_tensor allreduces overlap the backward pass, and
             # then only the part left after it — the exposed communication — counts as such)
             if self.detect:  # the detector's loss, averaged with the gradients (one fused op)
@@ -195,8 +202,15 @@ class Step:
         # (apply_gradients returns a variable or None; a read of the step counter it increments
         # last is ordered after it: tf.function runs reads and writes of a variable in order)
         t4 = self._after([self.optimizer.iterations.read_value()])
-        times = tf.cast(tf.stack([t0 - t_prev, t1 - t0, t2 - t1, t3 - t2, t4 - t3]), tf.float32)
-        return tf.stack([loss, correct, small, big, zeros]), times, tf.stack([t3, t4]), judged
+        comm, end = t3 - t2, t4
+        if self.averaging is not None:  # after the update: the models' average is the exchange
+            with tf.control_dependencies([t4]):
+                averaged = self.averaging(self.optimizer.iterations.read_value())
+            end = self._after([averaged])
+            comm += end - t4
+        times = tf.cast(tf.stack([t0 - t_prev, t1 - t0, t2 - t1, comm, t4 - t3]), tf.float32)
+        out = tf.stack([loss, correct, small, big, zeros])
+        return out, times, tf.stack([end if self.averaging else t3, end]), judged
 
 
 _LATE = [0.0]  # how late time.sleep wakes up on this rank: a running mean, in seconds
