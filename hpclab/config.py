@@ -89,7 +89,9 @@ class RunConfig:
         0, "record Horovod's timeline over this many steps after the first call (0 = off)"
     )
     # -- beyond synchronous SGD (hpclab.rank.averaging) ----------------------------------------
-    update: str = knob("sync", "sync (average gradients each step) or local_sgd (average models)")
+    update: str = knob(
+        "sync", "sync (average gradients), local_sgd (average models) or crossbow (SMA)"
+    )
     average_every: int = knob(1, "local_sgd: steps between model averages (H; 1 = sync SGD)")
     # -- silent data corruption (hpclab.rank.sdc) ----------------------------------------------
     sdc_target: str = knob("none", "flip one bit of: none, weights, gradients or activations")

@@ -106,6 +106,8 @@ def validate(cfg) -> None:
         for name, plain in (("batch_skew", 0.0), ("fp16_allreduce", False)):
             if getattr(cfg, name) != plain:  # (uneven replicas; float16 models)
                 fail(name, getattr(cfg, name), f"{plain!r} with update {cfg.update!r}")
+    if cfg.update == "crossbow" and cfg.optimizer != "sgd":  # the momentum is the average's
+        fail("optimizer", cfg.optimizer, "'sgd' with update 'crossbow' (momentum acts on z)")
     for name in ("fp16_allreduce", "noise_scale", "xla", "loss_scaling", "time_split", "rollback"):
         if not isinstance(getattr(cfg, name), bool):
             fail(name, getattr(cfg, name), "True or False")

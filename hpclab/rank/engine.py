@@ -117,8 +117,13 @@ def train(cfg_dict: dict, run_dir: str, data_dir: str) -> dict:
     return summary
 
 
-def last_weights() -> list:
+def last_weights(central: bool = False) -> list:
     """This rank's weights as the last run left them (NumPy arrays; [] before any run): to
-    compare replicas, or two runs' models, to a tolerance (a digest only says equal or not)."""
+    compare replicas, or two runs' models, to a tolerance (a digest only says equal or not).
+    ``central``: Crossbow's central average model instead ([] for other runs)."""
     trainer = _STATE.get("last_trainer")
-    return [] if trainer is None else trainer.model.get_weights()
+    if trainer is None:
+        return []
+    if central:
+        return [z.numpy() for z in getattr(trainer.step.averaging, "z", [])]
+    return trainer.model.get_weights()

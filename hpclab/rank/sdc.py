@@ -200,9 +200,10 @@ __all__ = ["Fault", "Guard", "flip_bit", "mask_int32", "weighted_layers"]
 class Watch:
     """What the trainer asks of this module, call by call: the fault and the guard together."""
 
-    def __init__(self, cfg, model, optimizer, rank: int):
+    def __init__(self, cfg, model, state, rank: int):
+        """``state``: every variable a rollback restores (weights, optimizer state, ...)."""
         self.fault = Fault(cfg, model, rank)
-        self.guard = Guard(cfg.spike_factor, cfg.rollback, [*model.variables, *optimizer.variables])
+        self.guard = Guard(cfg.spike_factor, cfg.rollback, state)
         self.in_call = self.fault.on and self.fault.target != "weights"  # the call takes a mask
         self.detected: int | None = None  # the first spike's step
 

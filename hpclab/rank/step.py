@@ -197,7 +197,8 @@ class Step:
             # scaled values. The LossScaleOptimizer then skips a non-finite step and lowers its
             # scale (dynamic loss scaling, Micikevicius et al. 2018, arXiv:1710.03740).
             grads = self.optimizer.get_unscaled_gradients(grads)
-        with tf.control_dependencies([t3]):
+        prepared = getattr(self.averaging, "prepare", lambda: [])()  # (Crossbow's corrections)
+        with tf.control_dependencies([t3, *prepared]):
             self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
         # (apply_gradients returns a variable or None; a read of the step counter it increments
         # last is ordered after it: tf.function runs reads and writes of a variable in order)

@@ -17,6 +17,7 @@ step. Lines that exist only for distribution say so (`# Horovod: ...`), as in Ho
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import time
 from pathlib import Path
@@ -95,12 +96,14 @@ class Trainer:
         self.grad_elems = float(sum(v.shape.num_elements() for v in self.model.trainable_variables))
         inner = self.optimizer.inner_optimizer if self.step.loss_scaled else self.optimizer
         inner.build(self.model.trainable_variables)
+        # the whole training state: weights, optimizer state, a central model (update="crossbow")
+        state = [*self.model.variables, *inner.variables]
+        state += getattr(self.step.averaging, "variables", [])
         if self.world > 1:
             # Horovod: start every rank from rank 0's weights and optimizer state.
-            hvd.broadcast_variables(self.model.variables, root_rank=0)
-            hvd.broadcast_variables(inner.variables, root_rank=0)
+            hvd.broadcast_variables(state, root_rank=0)
         self.track_noise = self.step.track_noise
-        self.watch = sdc.Watch(cfg, self.model, inner, self.rank)  # bit flip, spike detector
+        self.watch = sdc.Watch(cfg, self.model, state, self.rank)  # bit flip, spike detector
         self.step.fault = self.watch.fault
         # Fixed signatures: one trace per run, whatever the call's step count or epoch.
         scalar = tf.TensorSpec([], tf.int32)
@@ -284,7 +287,8 @@ class Trainer:
             due = self.eval_every and (step % self.eval_every == 0 or step >= self.total_steps)
             if status == "finished" and due:
                 t_eval = time.perf_counter()
-                point = self.val.subset()
+                with self._evaluated():
+                    point = self.val.subset()
                 evaluating += time.perf_counter() - t_eval
                 clock.add_eval(time.perf_counter() - t_eval)
             if reduced[R["publish"]] > 0 or epoch_end or point or status != "finished":
@@ -302,7 +306,8 @@ class Trainer:
                 break
             if epoch_end:
                 t_eval = time.perf_counter()
-                val = self.val.full_set() if self.val is not None else (float("nan"),) * 2
+                with self._evaluated():
+                    val = self.val.full_set() if self.val is not None else (float("nan"),) * 2
                 t = time.perf_counter()
                 clock.add_eval(t - t_eval)  # (lands in the next row's window)
                 evaluating += t - t_eval
@@ -372,6 +377,12 @@ class Trainer:
             summary["rows"] = feed.rows
             summary["epochs"] = epochs.rows
         return summary
+
+    def _evaluated(self):
+        """The weights held-out evaluation uses: the central model under Crossbow (its own
+        evaluation), else this rank's."""
+        central = getattr(self.step.averaging, "central", None)
+        return central() if central else contextlib.nullcontext()
 
     def _lr(self, step: int) -> float:
         """The LR of the last step taken (``step`` steps done)."""

@@ -232,6 +232,9 @@ def compare(runs: Iterable[Any], target: float | None = None) -> Comparison:
                 else None,
             }
         )
+        spe = f.derived.get("steps_per_epoch")
+        reached = rows[-1]["steps_to_target"]
+        rows[-1]["epochs_to_target"] = reached / spe if reached is not None and spe else None
     columns = [
         "run_id",
         "label",
@@ -248,10 +251,12 @@ def compare(runs: Iterable[Any], target: float | None = None) -> Comparison:
         *POP_COLUMNS,
         "wall_time_s",
         "steps_to_target",
+        "epochs_to_target",
         "time_to_target_s",
     ]
     table = pd.DataFrame(rows, columns=columns)
     # never reached → <NA> / NaN (pandas' missing values), so the columns still sort and plot
     table["steps_to_target"] = pd.array([r["steps_to_target"] for r in rows], dtype="Int64")
-    table["time_to_target_s"] = pd.array([r["time_to_target_s"] for r in rows], dtype="Float64")
+    for name in ("epochs_to_target", "time_to_target_s"):
+        table[name] = pd.array([r[name] for r in rows], dtype="Float64")
     return Comparison(runs=facts, target=target, table=table)
