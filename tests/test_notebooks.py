@@ -42,6 +42,7 @@ EXPECTED = [
     "06_where_time_goes",
     "07_input_and_io",
     "08_silent_data_corruption",
+    "09_learners_and_averaging",
 ]
 
 CELL_TIMEOUT_S = 300  # one cell (a sweep) may take this long before nbclient gives up
@@ -170,10 +171,33 @@ def _claim_08(runs_dir: Path) -> str:
     return f"bit 30 detected at {flip['detected_step']}; P(failure | SDC) by bit {rates.to_dict()}"
 
 
+def _claim_09(runs_dir: Path) -> str:
+    """Notebook 09: local SGD every 4 and 16 steps trains within two points of synchronous SGD
+    on iid shards; Crossbow's central model reaches the target, its epochs reported beside
+    synchronous SGD's; on shards sorted by label synchronous SGD still trains, local SGD with
+    H = 16 falls clearly behind it."""
+    from hpclab import load_run
+    from hpclab.views.comparison import compare
+
+    runs = {
+        r.config["name"]: r for r in (load_run(p.parent) for p in runs_dir.glob("*/config.json"))
+    }
+    table = compare(list(runs.values()), target=0.85).table.set_index("label")
+    acc, epochs = table["val_accuracy"], table["epochs_to_target"]
+    at = {name: f"{name} ×4" for name in runs}
+    for local in ("local SGD, H=4", "local SGD, H=16"):
+        assert abs(acc[at[local]] - acc[at["S-SGD"]]) <= 0.02, acc
+    assert epochs[at["S-SGD"]] > 0 and epochs[at["Crossbow SMA"]] > 0, epochs  # both reached it
+    assert acc[at["S-SGD, by label"]] >= acc[at["S-SGD"]] - 0.02, acc
+    assert acc[at["local SGD, H=16, by label"]] <= acc[at["S-SGD, by label"]] - 0.05, acc
+    return f"val accuracy {acc.round(3).to_dict()}; epochs to 0.85 {epochs.round(2).to_dict()}"
+
+
 CLAIMS = {
     "06_where_time_goes": _claim_06,
     "07_input_and_io": _claim_07,
     "08_silent_data_corruption": _claim_08,
+    "09_learners_and_averaging": _claim_09,
 }
 
 
