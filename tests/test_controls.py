@@ -217,6 +217,30 @@ def test_the_time_section_sets_the_lessons_of_notebooks_06_and_07(preview):
     assert "straggler_rank" in preview.config_error and preview.widgets["run"].disabled
 
 
+def test_the_advanced_section_sets_model_averaging_and_a_bit_flip_with_rollback(preview):
+    """Local SGD every 8 steps, bit 30 of layer 1's weights on rank 1 at step 20, the detector
+    at 3x with rollback, all from the folded "beyond synchronous SGD" section; a flip on a rank
+    the run does not have, or rollback without the detector, shows the config's own sentence."""
+    from hpclab.views.panel_widgets import ADVANCED_KNOBS
+
+    section = next(
+        c for c in preview.widget.children if "hpclab-advanced-section" in c._dom_classes
+    )
+    assert section.selected_index is None
+    changes = dict(
+        update="local_sgd", average_every=8, sdc_target="weights", sdc_layer=1, sdc_bit=30,
+        sdc_rank=1, sdc_step=20, spike_factor=3.0, rollback=True,
+    )  # fmt: skip
+    assert set(changes) == set(ADVANCED_KNOBS)
+    set_knobs(preview, **changes)
+    assert preview.config_error is None
+    assert preview.config_from_widgets() == SMALL.replace(**changes)
+    set_knobs(preview, sdc_rank=2)
+    assert "sdc_rank" in preview.config_error and preview.widgets["run"].disabled
+    set_knobs(preview, sdc_rank=1, spike_factor=0.0)
+    assert "rollback must be False unless spike_factor > 0" in preview.config_error
+
+
 # -- the status line's words (stand-in runs: no engines) -----------------------------------------
 
 

@@ -14,14 +14,17 @@ from typing import Any
 from hpclab.catalog import (
     AUGMENTS,
     DATASETS,
+    FLOAT32_BITS,
     LR_SCALINGS,
     LR_SCHEDULES,
     MAX_AUGMENT_COST,
     MAX_WORKERS,
     OPTIMIZERS,
     PRECISIONS,
+    SDC_TARGETS,
     SHARDS,
     SHUFFLES,
+    UPDATES,
     VALIDATIONS,
 )
 from hpclab.catalog import models_for as _models_for
@@ -53,8 +56,19 @@ KNOBS = (
     "shards",
     "shuffle",
     "timeline_steps",
+    # "beyond synchronous SGD" (notebooks 08 and 09), folded too
+    "update",
+    "average_every",
+    "sdc_target",
+    "sdc_layer",
+    "sdc_bit",
+    "sdc_rank",
+    "sdc_step",
+    "spike_factor",
+    "rollback",
 )
-TIME_KNOBS = KNOBS[KNOBS.index("straggler_rank") :]
+TIME_KNOBS = KNOBS[KNOBS.index("straggler_rank") : KNOBS.index("update")]
+ADVANCED_KNOBS = KNOBS[KNOBS.index("update") :]
 PREFERRED_MODELS = ("cnn1d", "resnet20")  # picked when a dataset change rules the model out
 
 PRECISION_HINT = (
@@ -186,6 +200,7 @@ def build_widgets(base: RunConfig, workers: int) -> dict[str, Any]:
     )
     w["samples_hint"] = W.HTML()
     _time_widgets(w, b, W)
+    _advanced_widgets(w, b, W)
     w["overlay"] = W.Checkbox(
         value=True, description="overlay earlier runs", indent=False, layout={"width": "170px"}
     )
@@ -226,16 +241,46 @@ def _time_widgets(w: dict[str, Any], b: RunConfig, W: Any) -> None:
         ("timeline_steps", W.BoundedIntText, 0, 100_000, 50, "timeline steps",
          "record Horovod's timeline over this many steps into the run folder (0: off)"),
     )  # fmt: skip
-    for name, kind, lo, hi, step, label, tip in numbers:
-        w[name] = kind(
-            value=getattr(b, name), min=lo, max=hi, step=step, description=label, tooltip=tip,
-            style=_DESC, layout=_WIDE,
-        )  # fmt: skip
+    _numbers(w, b, W, numbers)
     choices = (("validation", VALIDATIONS), ("augment", AUGMENTS), ("shards", SHARDS))
     for name, options in (*choices, ("shuffle", SHUFFLES)):
         w[name] = W.ToggleButtons(
             options=options, value=getattr(b, name), style={"button_width": "72px"}
         )
+
+
+def _advanced_widgets(w: dict[str, Any], b: RunConfig, W: Any) -> None:
+    """The knobs of "beyond synchronous SGD": model averaging, one bit flip and the loss-spike
+    detector with rollback (hpclab.rank.averaging, hpclab.rank.sdc)."""
+    numbers = (  # name, widget, min, max, step, label, tooltip
+        ("average_every", W.BoundedIntText, 1, 100_000, 1, "average every H",
+         "local_sgd: steps between model averages (1: the same as sync)"),
+        ("sdc_layer", W.BoundedIntText, 0, 10_000, 1, "flip: layer",
+         "which layer with weights (0: the first convolution or dense layer)"),
+        ("sdc_bit", W.BoundedIntText, 0, FLOAT32_BITS - 1, 1, "flip: bit",
+         "31 sign, 30-23 exponent, 22-0 mantissa (float32)"),
+        ("sdc_rank", W.BoundedIntText, 0, MAX_WORKERS - 1, 1, "flip: rank", "the rank hit"),
+        ("sdc_step", W.BoundedIntText, 0, 10_000_000, 10, "flip: step", "the step hit"),
+        ("spike_factor", W.BoundedFloatText, 0, 1e6, 0.5, "spike factor",
+         "the detector fires when a step's loss > this x its running mean (0: off)"),
+    )  # fmt: skip
+    _numbers(w, b, W, numbers)
+    for name, options in (("update", UPDATES), ("sdc_target", SDC_TARGETS)):
+        w[name] = W.ToggleButtons(
+            options=options, value=getattr(b, name), style={"button_width": "80px"}
+        )
+    w["rollback"] = W.Checkbox(
+        value=b.rollback, description="roll back on a spike", indent=False, layout=_WIDE
+    )
+
+
+def _numbers(w: dict[str, Any], b: RunConfig, W: Any, numbers) -> None:
+    """Number fields from a table of (name, widget, min, max, step, label, tooltip)."""
+    for name, kind, lo, hi, step, label, tip in numbers:
+        w[name] = kind(
+            value=getattr(b, name), min=lo, max=hi, step=step, description=label, tooltip=tip,
+            style=_DESC, layout=_WIDE,
+        )  # fmt: skip
 
 
 def arrange(w: dict[str, Any], below: Any = None) -> Any:
@@ -311,10 +356,29 @@ def arrange(w: dict[str, Any], below: Any = None) -> Any:
     time_section = W.Accordion(children=[time_box], selected_index=None)
     time_section.set_title(0, "Where the time goes: straggler, validation, input, timeline")
     time_section.add_class("hpclab-time-section")
+    advanced_box = W.HBox(
+        [
+            column(
+                "Model averaging",
+                labelled("update", w["update"]),
+                w["average_every"],
+            ),
+            column(
+                "Silent data corruption",
+                labelled("flip", w["sdc_target"]),
+                w["sdc_layer"], w["sdc_bit"], w["sdc_rank"], w["sdc_step"],
+                w["spike_factor"], w["rollback"],
+            ),
+        ],
+        layout={"flex_flow": "row wrap"},
+    )  # fmt: skip
+    advanced = W.Accordion(children=[advanced_box], selected_index=None)
+    advanced.set_title(0, "Beyond synchronous SGD: model averaging, silent data corruption")
+    advanced.add_class("hpclab-advanced-section")
     actions = W.HBox(
         [w["run"], w["stop"], w["overlay"], w["status"]], layout={"align_items": "center"}
     )
-    parts = [columns, time_section, w["derived"], actions]
+    parts = [columns, time_section, advanced, w["derived"], actions]
     if below is not None:
         parts.append(below)
     box = W.VBox(parts)
@@ -325,6 +389,7 @@ def arrange(w: dict[str, Any], below: Any = None) -> Any:
 __all__ = [
     "KNOBS",
     "TIME_KNOBS",
+    "ADVANCED_KNOBS",
     "PRECISION_HINT",
     "PREFERRED_MODELS",
     "models_for",
