@@ -93,6 +93,7 @@ class RunConfig:
         "sync", "sync (average gradients), local_sgd (average models) or crossbow (SMA)"
     )
     average_every: int = knob(1, "local_sgd: steps between model averages (H; 1 = sync SGD)")
+    staleness: int = knob(0, "apply the averaged gradient of this many steps ago (asynchrony)")
     # -- silent data corruption (hpclab.rank.sdc) ----------------------------------------------
     sdc_target: str = knob("none", "flip one bit of: none, weights, gradients or activations")
     sdc_layer: int = knob(0, "SDC: which layer with weights (0 = the first conv/dense layer)")

@@ -102,6 +102,11 @@ def validate(cfg) -> None:
     _int_range(cfg, "timeline_steps", 0, 100_000)
     _sdc(cfg)
     _int_range(cfg, "average_every", 1, 100_000)
+    _int_range(cfg, "staleness", 0, 64)
+    if cfg.staleness and cfg.update != "sync":
+        fail("staleness", cfg.staleness, "0 with update other than 'sync'")
+    if cfg.staleness and cfg.precision == "mixed_float16":  # scaled by another step's scale
+        fail("staleness", cfg.staleness, "0 with precision 'mixed_float16' (loss scaling)")
     if cfg.update != "sync":
         for name, plain in (("batch_skew", 0.0), ("fp16_allreduce", False)):
             if getattr(cfg, name) != plain:  # (uneven replicas; float16 models)

@@ -1,5 +1,6 @@
-"""Local SGD with real ranks: H = 1 is synchronous SGD, and larger H still trains (2 real MPI
-engines with Horovod; nothing is mocked; hpclab issue 15)."""
+"""Beyond synchronous SGD with real ranks: local SGD (H = 1 is synchronous SGD), Crossbow's
+model averaging, stale gradients (2 real MPI engines with Horovod; nothing is mocked; hpclab
+issue 15)."""
 
 import numpy as np
 import pytest
@@ -56,3 +57,19 @@ def test_crossbow_learners_differ_around_one_central_model_and_train(lab):
     # (cnn1d has no non-trainable weights: the replica's list lines up with z's)
     assert not any(np.array_equal(w, z) for w, z in zip(replicas[0], central[0]))
     assert summary["val_accuracy"] > 0.8, summary["val_accuracy"]  # measured 0.85 (chance 0.1)
+
+
+def test_a_stale_update_applies_the_gradient_of_tau_steps_ago(lab):
+    """Plain SGD at a constant learning rate, staleness 3: steps 0-2 apply zeros (nothing is old
+    enough) and step 3 applies step 0's gradient, taken at the initial weights on batch 0 — the
+    very update one synchronous step makes."""
+    plain = BASE.replace(optimizer="sgd", warmup_epochs=0.0, lr_schedule="constant")
+    lab.run(plain.replace(max_steps=1)).wait(timeout=600)
+    one_step = _weights(lab)
+    summary = lab.run(plain.replace(max_steps=4, staleness=3)).wait(timeout=600)
+    stale = _weights(lab)
+    assert summary["optimizer_steps"] == 4 and len(set(summary["weights_digest"])) == 1
+    for a, b in zip(one_step[0], stale[0]):
+        np.testing.assert_allclose(b, a, rtol=1e-6, atol=1e-7)
+    lab.run(plain.replace(max_steps=5, staleness=3)).wait(timeout=600)
+    assert any(not np.allclose(a, b) for a, b in zip(stale[0], _weights(lab)[0]))  # step 1's

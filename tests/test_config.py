@@ -224,3 +224,21 @@ def test_a_skew_that_leaves_a_rank_no_batch_is_refused_before_any_engine_starts(
         cfg.derived(2)
     with pytest.raises(ConfigError, match="batch_skew must be 0 with shuffle 'global'"):
         RunConfig(batch_skew=20, shuffle="global")
+
+
+def test_model_averaging_and_staleness_rules_name_the_field_and_what_is_allowed():
+    with pytest.raises(ConfigError, match="RunConfig.update must be one of 'sync', 'local_sgd'"):
+        RunConfig(update="async")
+    with pytest.raises(ConfigError, match="average_every must be an integer from 1"):
+        RunConfig(update="local_sgd", average_every=0)
+    with pytest.raises(ConfigError, match="batch_skew must be 0.0 with update 'local_sgd'"):
+        RunConfig(update="local_sgd", batch_skew=10.0)
+    with pytest.raises(ConfigError, match="optimizer must be 'sgd' with update 'crossbow'"):
+        RunConfig(update="crossbow")
+    with pytest.raises(ConfigError, match="staleness must be 0 with update other than 'sync'"):
+        RunConfig(update="local_sgd", staleness=2)
+    with pytest.raises(ConfigError, match="staleness must be an integer from 0 to 64"):
+        RunConfig(staleness=65)
+    with pytest.raises(ConfigError, match="staleness must be 0 with precision 'mixed_float16'"):
+        RunConfig(staleness=2, precision="mixed_float16")
+    assert RunConfig(update="crossbow", optimizer="sgd", staleness=0).update == "crossbow"

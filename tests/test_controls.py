@@ -229,7 +229,7 @@ def test_the_advanced_section_sets_model_averaging_and_a_bit_flip_with_rollback(
     assert section.selected_index is None
     changes = dict(
         update="local_sgd", average_every=8, sdc_target="weights", sdc_layer=1, sdc_bit=30,
-        sdc_rank=1, sdc_step=20, spike_factor=3.0, rollback=True,
+        sdc_rank=1, sdc_step=20, spike_factor=3.0, rollback=True, staleness=0,
     )  # fmt: skip
     assert set(changes) == set(ADVANCED_KNOBS)
     set_knobs(preview, **changes)
@@ -239,6 +239,11 @@ def test_the_advanced_section_sets_model_averaging_and_a_bit_flip_with_rollback(
     assert "sdc_rank" in preview.config_error and preview.widgets["run"].disabled
     set_knobs(preview, sdc_rank=1, spike_factor=0.0)
     assert "rollback must be False unless spike_factor > 0" in preview.config_error
+    set_knobs(preview, spike_factor=3.0, staleness=4)  # stale gradients are synchronous SGD's
+    assert "staleness must be 0 with update other than 'sync'" in preview.config_error
+    set_knobs(preview, update="sync")
+    assert preview.config_error is None
+    assert preview.config_from_widgets().staleness == 4
 
 
 # -- the status line's words (stand-in runs: no engines) -----------------------------------------

@@ -28,7 +28,7 @@ from __future__ import annotations
 import time
 
 from hpclab.pop import straggler_factor
-from hpclab.rank import averaging
+from hpclab.rank import averaging, staleness
 
 TIMES = ("loop", "input", "compute", "allreduce", "apply")  # seconds summed per call, in order
 
@@ -52,6 +52,7 @@ class Step:
         self.track_noise = cfg.noise_scale and world > 1 and not cfg.batch_skew
         # local SGD (hpclab.rank.averaging): no gradient allreduce, the models averaged instead
         self.averaging = averaging.for_run(cfg, model, world)
+        self.stale = staleness.for_run(cfg, model.trainable_variables)  # asynchrony's staleness
         self.track_noise = self.track_noise and self.averaging is None
         # Uneven batches (batch_skew): Horovod's average weighs ranks equally, so this rank's mean
         # gradient (and loss, for the mean the meters report) is weighted by its share of the
@@ -77,6 +78,12 @@ class Step:
         # time_split=False (make bench's "telemetry off"): no timestamps, the parts read 0;
         # a straggler run needs them to size its wait
         self.timed = cfg.time_split or self.straggler_run
+
+    @property
+    def state(self) -> list:
+        """Variables of this step's own beyond the model and optimizer (a central model, a ring
+        of stale gradients): broadcast at the start, saved and restored by a rollback."""
+        return [*getattr(self.averaging, "variables", []), *getattr(self.stale, "ring", [])]
 
     def _loss_and_grads(self, x, y, flip=None):
         """Forward and backward (XLA-compiled with ``xla=True``); loss-scaled under float16;
@@ -192,6 +199,8 @@ class Step:
                 grads = self._allreduce(grads)
         t3 = self._after(grads)
         big = self._sq_norm(grads) if sample and self.track_noise else zero  # after it
+        if self.stale is not None:  # the averaged gradient of τ steps ago
+            grads = self.stale(grads, self.optimizer.iterations.read_value())
         if self.loss_scaled:
             # Unscaled after the allreduce, not before: float16 compression keeps the range of
             # scaled values. The LossScaleOptimizer then skips a non-finite step and lowers its

@@ -98,7 +98,7 @@ class Trainer:
         inner.build(self.model.trainable_variables)
         # the whole training state: weights, optimizer state, a central model (update="crossbow")
         state = [*self.model.variables, *inner.variables]
-        state += getattr(self.step.averaging, "variables", [])
+        state += self.step.state
         if self.world > 1:
             # Horovod: start every rank from rank 0's weights and optimizer state.
             hvd.broadcast_variables(state, root_rank=0)

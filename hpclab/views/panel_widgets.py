@@ -59,6 +59,7 @@ KNOBS = (
     # "beyond synchronous SGD" (notebooks 08 and 09), folded too
     "update",
     "average_every",
+    "staleness",
     "sdc_target",
     "sdc_layer",
     "sdc_bit",
@@ -255,6 +256,8 @@ def _advanced_widgets(w: dict[str, Any], b: RunConfig, W: Any) -> None:
     numbers = (  # name, widget, min, max, step, label, tooltip
         ("average_every", W.BoundedIntText, 1, 100_000, 1, "average every H",
          "local_sgd: steps between model averages (1: the same as sync)"),
+        ("staleness", W.BoundedIntText, 0, 64, 1, "stale by steps",
+         "sync: apply the averaged gradient of this many steps ago (asynchrony's cost)"),
         ("sdc_layer", W.BoundedIntText, 0, 10_000, 1, "flip: layer",
          "which layer with weights (0: the first convolution or dense layer)"),
         ("sdc_bit", W.BoundedIntText, 0, FLOAT32_BITS - 1, 1, "flip: bit",
@@ -362,6 +365,7 @@ def arrange(w: dict[str, Any], below: Any = None) -> Any:
                 "Model averaging",
                 labelled("update", w["update"]),
                 w["average_every"],
+                w["staleness"],
             ),
             column(
                 "Silent data corruption",
