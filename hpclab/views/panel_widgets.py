@@ -12,23 +12,17 @@ from __future__ import annotations
 from typing import Any
 
 from hpclab.catalog import (
-    AUGMENTS,
     DATASETS,
-    FLOAT32_BITS,
     LR_SCALINGS,
     LR_SCHEDULES,
-    MAX_AUGMENT_COST,
     MAX_WORKERS,
     OPTIMIZERS,
     PRECISIONS,
-    SDC_TARGETS,
-    SHARDS,
-    SHUFFLES,
-    UPDATES,
-    VALIDATIONS,
 )
 from hpclab.catalog import models_for as _models_for
 from hpclab.config import RunConfig
+from hpclab.views import panel_sections
+from hpclab.views.panel_sections import _DESC, _WIDE
 from hpclab.views.panel_text import GREY, esc
 
 # The RunConfig fields that have a widget; every other field comes from the panel's `base` config.
@@ -77,8 +71,6 @@ PRECISION_HINT = (
     "<i>slower</i>. <b>bfloat16</b> on a CPU is for studying the numerics (loss curves, "
     "divergence), not for speed."
 )
-_DESC = {"description_width": "130px"}
-_WIDE = {"width": "300px"}
 
 
 def models_for(dataset: str) -> list[str]:
@@ -200,8 +192,7 @@ def build_widgets(base: RunConfig, workers: int) -> dict[str, Any]:
         f"max-width:300px'>{PRECISION_HINT}</div>"
     )
     w["samples_hint"] = W.HTML()
-    _time_widgets(w, b, W)
-    _advanced_widgets(w, b, W)
+    panel_sections.build(w, b, W)
     w["overlay"] = W.Checkbox(
         value=True, description="overlay earlier runs", indent=False, layout={"width": "170px"}
     )
@@ -225,65 +216,6 @@ def build_widgets(base: RunConfig, workers: int) -> dict[str, Any]:
     for name, widget in w.items():  # stable hooks for browser tests and workshop CSS
         widget.add_class(f"hpclab-{name}")
     return w
-
-
-def _time_widgets(w: dict[str, Any], b: RunConfig, W: Any) -> None:
-    """The knobs of "where the time goes": a straggler, who validates, the input's work, the
-    shards and shuffle, and a Horovod timeline of n steps (hpclab.pop, hpclab.timeline)."""
-    numbers = (  # name, widget, min, max, step, label, tooltip
-        ("straggler_rank", W.BoundedIntText, -1, MAX_WORKERS - 1, 1, "straggler rank",
-         "the rank slowed on purpose (-1: none)"),
-        ("straggler_slowdown", W.BoundedFloatText, 0, 95, 5, "its speed lost %",
-         "30: that rank's useful work takes 1/0.7 = 1.43x as long"),
-        ("batch_skew", W.BoundedFloatText, 0, 90, 10, "rank 0's batch +%",
-         "rank 0's batch this % larger, the others' smaller (the same global batch)"),
-        ("augment_cost", W.BoundedIntText, 1, MAX_AUGMENT_COST, 10, "augment cost",
-         "noise passes per batch: more work, the same statistics"),
-        ("timeline_steps", W.BoundedIntText, 0, 100_000, 50, "timeline steps",
-         "record Horovod's timeline over this many steps into the run folder (0: off)"),
-    )  # fmt: skip
-    _numbers(w, b, W, numbers)
-    choices = (("validation", VALIDATIONS), ("augment", AUGMENTS), ("shards", SHARDS))
-    for name, options in (*choices, ("shuffle", SHUFFLES)):
-        w[name] = W.ToggleButtons(
-            options=options, value=getattr(b, name), style={"button_width": "72px"}
-        )
-
-
-def _advanced_widgets(w: dict[str, Any], b: RunConfig, W: Any) -> None:
-    """The knobs of "beyond synchronous SGD": model averaging, one bit flip and the loss-spike
-    detector with rollback (hpclab.rank.averaging, hpclab.rank.sdc)."""
-    numbers = (  # name, widget, min, max, step, label, tooltip
-        ("average_every", W.BoundedIntText, 1, 100_000, 1, "average every H",
-         "local_sgd: steps between model averages (1: the same as sync)"),
-        ("staleness", W.BoundedIntText, 0, 64, 1, "stale by steps",
-         "sync: apply the averaged gradient of this many steps ago (asynchrony's cost)"),
-        ("sdc_layer", W.BoundedIntText, 0, 10_000, 1, "flip: layer",
-         "which layer with weights (0: the first convolution or dense layer)"),
-        ("sdc_bit", W.BoundedIntText, 0, FLOAT32_BITS - 1, 1, "flip: bit",
-         "31 sign, 30-23 exponent, 22-0 mantissa (float32)"),
-        ("sdc_rank", W.BoundedIntText, 0, MAX_WORKERS - 1, 1, "flip: rank", "the rank hit"),
-        ("sdc_step", W.BoundedIntText, 0, 10_000_000, 10, "flip: step", "the step hit"),
-        ("spike_factor", W.BoundedFloatText, 0, 1e6, 0.5, "spike factor",
-         "the detector fires when a step's loss > this x its running mean (0: off)"),
-    )  # fmt: skip
-    _numbers(w, b, W, numbers)
-    for name, options in (("update", UPDATES), ("sdc_target", SDC_TARGETS)):
-        w[name] = W.ToggleButtons(
-            options=options, value=getattr(b, name), style={"button_width": "80px"}
-        )
-    w["rollback"] = W.Checkbox(
-        value=b.rollback, description="roll back on a spike", indent=False, layout=_WIDE
-    )
-
-
-def _numbers(w: dict[str, Any], b: RunConfig, W: Any, numbers) -> None:
-    """Number fields from a table of (name, widget, min, max, step, label, tooltip)."""
-    for name, kind, lo, hi, step, label, tip in numbers:
-        w[name] = kind(
-            value=getattr(b, name), min=lo, max=hi, step=step, description=label, tooltip=tip,
-            style=_DESC, layout=_WIDE,
-        )  # fmt: skip
 
 
 def arrange(w: dict[str, Any], below: Any = None) -> Any:
@@ -336,49 +268,7 @@ def arrange(w: dict[str, Any], below: Any = None) -> Any:
         ],
         layout={"flex_flow": "row wrap"},
     )
-    time_box = W.HBox(
-        [
-            column(
-                "Imbalance, and who validates",
-                w["straggler_rank"],
-                w["straggler_slowdown"],
-                w["batch_skew"],
-                labelled("validation", w["validation"]),
-                w["timeline_steps"],
-            ),
-            column(
-                "Input and shuffle",
-                labelled("augment", w["augment"]),
-                w["augment_cost"],
-                labelled("shards", w["shards"]),
-                labelled("shuffle", w["shuffle"]),
-            ),
-        ],
-        layout={"flex_flow": "row wrap"},
-    )
-    time_section = W.Accordion(children=[time_box], selected_index=None)
-    time_section.set_title(0, "Where the time goes: straggler, validation, input, timeline")
-    time_section.add_class("hpclab-time-section")
-    advanced_box = W.HBox(
-        [
-            column(
-                "Model averaging",
-                labelled("update", w["update"]),
-                w["average_every"],
-                w["staleness"],
-            ),
-            column(
-                "Silent data corruption",
-                labelled("flip", w["sdc_target"]),
-                w["sdc_layer"], w["sdc_bit"], w["sdc_rank"], w["sdc_step"],
-                w["spike_factor"], w["rollback"],
-            ),
-        ],
-        layout={"flex_flow": "row wrap"},
-    )  # fmt: skip
-    advanced = W.Accordion(children=[advanced_box], selected_index=None)
-    advanced.set_title(0, "Beyond synchronous SGD: model averaging, silent data corruption")
-    advanced.add_class("hpclab-advanced-section")
+    time_section, advanced = panel_sections.arrange(w, column, labelled, W)
     actions = W.HBox(
         [w["run"], w["stop"], w["overlay"], w["status"]], layout={"align_items": "center"}
     )
