@@ -23,8 +23,8 @@ from hpclab.catalog import (
 )
 from hpclab.config import RunConfig
 
-_DESC = {"description_width": "130px"}
-_WIDE = {"width": "300px"}
+DESC = {"description_width": "130px"}  # the knobs' label width, shared with panel_widgets
+WIDE = {"width": "300px"}
 
 
 def build(w: dict[str, Any], b: RunConfig, W: Any) -> None:
@@ -128,7 +128,7 @@ def _advanced_widgets(w: dict[str, Any], b: RunConfig, W: Any) -> None:
             options=options, value=getattr(b, name), style={"button_width": "80px"}
         )
     w["rollback"] = W.Checkbox(
-        value=b.rollback, description="roll back on a spike", indent=False, layout=_WIDE
+        value=b.rollback, description="roll back on a spike", indent=False, layout=WIDE
     )
 
 
@@ -137,7 +137,7 @@ def _numbers(w: dict[str, Any], b: RunConfig, W: Any, numbers) -> None:
     for name, kind, lo, hi, step, label, tip in numbers:
         w[name] = kind(
             value=getattr(b, name), min=lo, max=hi, step=step, description=label, tooltip=tip,
-            style=_DESC, layout=_WIDE,
+            style=DESC, layout=WIDE,
         )  # fmt: skip
 
 

@@ -22,7 +22,7 @@ from hpclab.catalog import (
 from hpclab.catalog import models_for as _models_for
 from hpclab.config import RunConfig
 from hpclab.views import panel_sections
-from hpclab.views.panel_sections import _DESC, _WIDE
+from hpclab.views.panel_sections import DESC, WIDE
 from hpclab.views.panel_text import GREY, esc
 
 # The RunConfig fields that have a widget; every other field comes from the panel's `base` config.
@@ -90,19 +90,19 @@ def build_widgets(base: RunConfig, workers: int) -> dict[str, Any]:
         min=1,
         max=MAX_WORKERS,
         description="workers",
-        style=_DESC,
+        style=DESC,
         layout={"width": "210px"},
     )
     w["workers_note"] = W.HTML()
     w["dataset"] = W.Dropdown(
-        options=DATASETS, value=b.dataset, description="dataset", style=_DESC, layout=_WIDE
+        options=DATASETS, value=b.dataset, description="dataset", style=DESC, layout=WIDE
     )
     w["model"] = W.Dropdown(
         options=models_for(b.dataset),
         value=b.model,
         description="model",
-        style=_DESC,
-        layout=_WIDE,
+        style=DESC,
+        layout=WIDE,
     )
     w["num_samples"] = W.BoundedIntText(
         value=b.num_samples,
@@ -110,8 +110,8 @@ def build_widgets(base: RunConfig, workers: int) -> dict[str, Any]:
         max=10_000_000,
         step=1000,
         description="num samples",
-        style=_DESC,
-        layout=_WIDE,
+        style=DESC,
+        layout=WIDE,
     )
     w["epochs"] = W.BoundedFloatText(
         value=b.epochs,
@@ -119,28 +119,28 @@ def build_widgets(base: RunConfig, workers: int) -> dict[str, Any]:
         max=10_000,
         step=1,
         description="epochs",
-        style=_DESC,
-        layout=_WIDE,
+        style=DESC,
+        layout=WIDE,
     )
     w["batch_per_worker"] = W.BoundedIntText(
         value=b.batch_per_worker,
         min=1,
         max=65536,
         description="batch per worker",
-        style=_DESC,
+        style=DESC,
         layout={"width": "210px"},
     )
     w["global_batch"] = W.HTML()
     w["base_lr"] = W.FloatText(
-        value=b.base_lr, step=0.01, description="base LR", style=_DESC, layout=_WIDE
+        value=b.base_lr, step=0.01, description="base LR", style=DESC, layout=WIDE
     )
     w["base_batch"] = W.BoundedIntText(
         value=b.base_batch,
         min=1,
         max=10_000_000,
         description="base batch",
-        style=_DESC,
-        layout=_WIDE,
+        style=DESC,
+        layout=WIDE,
     )
     w["lr_scaling"] = W.ToggleButtons(
         options=LR_SCALINGS,
@@ -158,8 +158,8 @@ def build_widgets(base: RunConfig, workers: int) -> dict[str, Any]:
         max=10_000,
         step=0.5,
         description="warm-up epochs",
-        style=_DESC,
-        layout=_WIDE,
+        style=DESC,
+        layout=WIDE,
     )
     w["lr_schedule"] = W.ToggleButtons(
         options=LR_SCHEDULES, value=b.lr_schedule, style={"button_width": "80px"}
@@ -168,8 +168,8 @@ def build_widgets(base: RunConfig, workers: int) -> dict[str, Any]:
         options=OPTIMIZERS,
         value=b.optimizer,
         description="optimizer",
-        style=_DESC,
-        layout=_WIDE,
+        style=DESC,
+        layout=WIDE,
     )
     w["lars_eta"] = W.BoundedFloatText(
         value=b.lars_eta,
@@ -177,15 +177,15 @@ def build_widgets(base: RunConfig, workers: int) -> dict[str, Any]:
         max=10,
         step=0.0005,
         description="LARS trust η",
-        style=_DESC,
-        layout=_WIDE,
+        style=DESC,
+        layout=WIDE,
     )
     w["precision"] = W.Dropdown(
         options=PRECISIONS,
         value=b.precision,
         description="precision",
-        style=_DESC,
-        layout=_WIDE,
+        style=DESC,
+        layout=WIDE,
     )
     w["precision_hint"] = W.HTML(
         f"<div style='color:{GREY};font-size:12px;line-height:1.35;"
@@ -229,7 +229,7 @@ def arrange(w: dict[str, Any], below: Any = None) -> Any:
                 W.HTML(
                     f"<div style='text-align:right;padding-right:8px;"
                     f"line-height:28px'>{esc(label)}</div>",
-                    layout={"width": _DESC["description_width"]},
+                    layout={"width": DESC["description_width"]},
                 ),
                 widget,
             ]
