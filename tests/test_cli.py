@@ -449,3 +449,11 @@ def test_a_file_as_runs_or_data_dir_is_refused_before_any_engine_starts(tmp_path
         assert time.perf_counter() - t0 < 5  # no engine was started
     assert cli.main(["runs", "--runs-dir", str(a_file)]) == 2
     assert "is a file" in capsys.readouterr().err
+
+
+def test_options_are_spelled_out_not_abbreviated(capsys):
+    """A prefix such as --epoch is refused (one sentence, exit 2): options added later can never
+    change what a batch script's abbreviation meant."""
+    with pytest.raises(SystemExit) as exc:
+        cli.build_parser().parse_args(["run", "--epoch", "2"])
+    assert exc.value.code == 2 and "unrecognized arguments: --epoch" in capsys.readouterr().err

@@ -95,7 +95,13 @@ COMMANDS: dict[str, Command] = {
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse, but a usage mistake is one sentence (not the whole usage block) and exit 2."""
+    """argparse, but a usage mistake is one sentence (not the whole usage block) and exit 2;
+    options are spelled out (no prefixes: a new option would turn a script's `--e` from one
+    option into an error, as `--eval-every` did to `--epochs`)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> typing.NoReturn:
         self.exit(EXIT_CODES["usage"], f"{self.prog}: {message} (see `{self.prog} --help`).\n")
