@@ -114,7 +114,7 @@ def runs_table(runs) -> pd.DataFrame:
             "detected_step": f.get("detected_step"),
             "replicas_equal_after_flip": len(set(after)) == 1 if after else None,
             "replicas_equal_at_end": len(set(s.get("weights_digest") or [])) == 1,
-            "rollbacks": len([e for e in f.get("rollbacks", []) if "restored_step" in e]),
+            "rollbacks": len([e for e in f.get("spikes", []) if "restored_step" in e]),
             "val_accuracy": s.get("val_accuracy"),
         })  # fmt: skip
     return pd.DataFrame(rows)

@@ -30,8 +30,8 @@ def test_an_exponent_flip_in_one_ranks_weights_splits_the_replicas_and_rollback_
     assert first != second  # rank 1's weights changed, rank 0's did not
     assert abs(sdc["after"]) > 1e30 and abs(sdc["before"]) < 10  # exponent bit: ~2^128 larger
     assert 0 <= sdc["detected_step"] - FLIP["sdc_step"] <= 2
-    assert len(sdc["rollbacks"]) == 1
-    assert sdc["rollbacks"][0]["restored_step"] < sdc["detected_step"]
+    assert len(sdc["spikes"]) == 1
+    assert sdc["spikes"][0]["restored_step"] < sdc["detected_step"]
     assert len(set(s["weights_digest"])) == 1  # equal replicas again
     assert s["val_accuracy"] > 0.8
 
@@ -42,7 +42,7 @@ def test_without_rollback_the_same_flip_ends_the_run_and_says_why(lab):
     )
     assert status == "diverged" and "NaN or infinite" in s["error"]
     assert 0 <= s["sdc"]["detected_step"] - FLIP["sdc_step"] <= 2
-    assert s["sdc"]["rollbacks"] and "restored_step" not in s["sdc"]["rollbacks"][0]
+    assert s["sdc"]["spikes"] and "restored_step" not in s["sdc"]["spikes"][0]
 
 
 def test_a_low_mantissa_flip_leaves_accuracy_within_a_point_but_the_replicas_apart(lab):
@@ -71,4 +71,4 @@ def test_a_gradient_flip_reaches_every_rank_through_the_allreduce(lab):
 
 def test_the_detector_stays_quiet_on_a_clean_run(lab):
     status, s = _summary(lab, BASE.replace(spike_factor=3.0, rollback=True, epochs=3))
-    assert status == "finished" and s["sdc"]["detected_step"] is None and not s["sdc"]["rollbacks"]
+    assert status == "finished" and s["sdc"]["detected_step"] is None and not s["sdc"]["spikes"]

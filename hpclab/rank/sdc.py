@@ -237,5 +237,5 @@ class Watch:
     def summary(self) -> dict:
         out = dict(self.fault.record)
         out["detected_step"] = self.detected
-        out["rollbacks"] = list(self.guard.events)
+        out["spikes"] = list(self.guard.events)  # each with restored_step if rolled back
         return out

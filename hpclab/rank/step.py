@@ -36,9 +36,7 @@ TIMES = ("loop", "input", "compute", "allreduce", "apply")  # seconds summed per
 class Step:
     """The traced arithmetic of one step on this rank; built once per run by the trainer."""
 
-    def __init__(
-        self, cfg, *, model, optimizer, world: int, rank: int, share: float = 1.0, fault=None
-    ):
+    def __init__(self, cfg, *, model, optimizer, world: int, rank: int, share: float = 1.0):
         import horovod.tensorflow as hvd
         import tensorflow as tf
 
@@ -47,13 +45,14 @@ class Step:
         self.loss_scaled = cfg.precision == "mixed_float16" and cfg.loss_scaling
         self.compression = hvd.Compression.fp16 if cfg.fp16_allreduce else hvd.Compression.none
         self.loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-        # The noise scale needs two batch sizes: with one rank there is only one, so skip the norms
-        # (and with uneven batches the small one is not one size).
-        self.track_noise = cfg.noise_scale and world > 1 and not cfg.batch_skew
-        # local SGD (hpclab.rank.averaging): no gradient allreduce, the models averaged instead
+        # local SGD, Crossbow (hpclab.rank.averaging): no gradient allreduce, models averaged
         self.averaging = averaging.for_run(cfg, model, world)
         self.stale = staleness.for_run(cfg, model.trainable_variables)  # asynchrony's staleness
-        self.track_noise = self.track_noise and self.averaging is None
+        # The noise scale needs two batch sizes: with one rank there is only one, so skip the norms
+        # (with uneven batches the small one is not one size; averaged models average no gradient)
+        self.track_noise = (
+            cfg.noise_scale and world > 1 and not cfg.batch_skew and self.averaging is None
+        )
         # Uneven batches (batch_skew): Horovod's average weighs ranks equally, so this rank's mean
         # gradient (and loss, for the mean the meters report) is weighted by its share of the
         # global batch (b_r·world/B): the average is then the global batch's mean, as with even
@@ -64,7 +63,7 @@ class Step:
         self.share = share
         # silent data corruption (hpclab.rank.sdc): the planned flip, and the loss-spike
         # detector, which needs the global-batch loss of every step (it rides in the allreduce)
-        self.fault = fault
+        self.fault = None  # (set by the trainer: hpclab.rank.sdc.Fault)
         self.detect = cfg.spike_factor > 0
         grads = tf.function(self._loss_and_grads, jit_compile=True) if cfg.xla else None
         self.loss_and_grads = grads or self._loss_and_grads
@@ -220,7 +219,7 @@ class Step:
             comm += end - t4
         times = tf.cast(tf.stack([t0 - t_prev, t1 - t0, t2 - t1, comm, t4 - t3]), tf.float32)
         out = tf.stack([loss, correct, small, big, zeros])
-        return out, times, tf.stack([end if self.averaging else t3, end]), judged
+        return out, times, tf.stack([t3 if self.averaging is None else end, end]), judged
 
 
 _LATE = [0.0]  # how late time.sleep wakes up on this rank: a running mean, in seconds
