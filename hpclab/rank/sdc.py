@@ -46,6 +46,12 @@ def mask_int32(bit: int) -> int:
     return int(np.array([1 << bit], dtype=np.uint32).view(np.int32)[0])
 
 
+def assign_all(variables, values) -> None:
+    """Every variable set to its saved value (a rollback; a Monte-Carlo trial's fresh start)."""
+    for var, value in zip(variables, values):
+        var.assign(value)
+
+
 def weighted_layers(model) -> list:
     """The layers with a kernel (convolutions and dense layers), in model order: ``sdc_layer``
     counts these."""
@@ -186,15 +192,14 @@ class Guard:
         if self.restored.get(step, 0) >= max_times:
             return None
         self.restored[step] = self.restored.get(step, 0) + 1
-        for var, value in zip(self.variables, values):
-            var.assign(value)
+        assign_all(self.variables, values)
         self.mean = mean.copy()
         while self.snapshots and self.snapshots[-1][0] > step:  # (states after it are gone)
             self.snapshots.pop()
         return step
 
 
-__all__ = ["Fault", "Guard", "flip_bit", "mask_int32", "weighted_layers"]
+__all__ = ["Fault", "Guard", "assign_all", "flip_bit", "mask_int32", "weighted_layers"]
 
 
 class Watch:

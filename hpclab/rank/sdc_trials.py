@@ -25,7 +25,7 @@ def run(cfg_dict: dict, run_dir: str, data_dir: str, plan: dict) -> dict:
     ``rank``, ``layers`` or None for every layer with weights, ``seed``); rank 0's table."""
     from hpclab.config import RunConfig
     from hpclab.rank.meters import R, decisions
-    from hpclab.rank.sdc import Fault, weighted_layers
+    from hpclab.rank.sdc import Fault, assign_all, weighted_layers
     from hpclab.rank.trainer import Trainer
 
     trainer = Trainer(cfg_dict, Path(run_dir), Path(data_dir))
@@ -42,8 +42,7 @@ def run(cfg_dict: dict, run_dir: str, data_dir: str, plan: dict) -> dict:
     call = (tf.constant(0), tf.constant(int(plan["steps"])), tf.constant(decisions()))
 
     def trial(layer: int | None = None, bit: int = 0, seed: int = 0) -> dict:
-        for var, value in zip(variables, state):
-            var.assign(value)
+        assign_all(variables, state)
         row: dict = {}
         if layer is not None:
             fault = Fault(
@@ -71,8 +70,7 @@ def run(cfg_dict: dict, run_dir: str, data_dir: str, plan: dict) -> dict:
             layer = layers[int(rng.integers(len(layers)))]
             seed = int(rng.integers(2**31 - 1))  # the element: drawn inside Fault from it
             rows.append({"bit": int(bit), "trial": t, **trial(layer, int(bit), seed)})
-    for var, value in zip(variables, state):  # (leave the trained state as it was)
-        var.assign(value)
+    assign_all(variables, state)  # (leave the trained state as it was)
     return {"warmup": warmup, "clean": clean, "trials": rows}
 
 
