@@ -57,9 +57,11 @@ SHARDS = ("iid", "by_label")
 #: permutation of the whole training set dealt to the ranks every epoch; hpclab.rank.feed).
 SHUFFLES = ("local", "global")
 #: How replicas stay consistent (hpclab.rank.averaging): sync averages gradients every step,
-#: local_sgd averages models every RunConfig.average_every steps, crossbow pulls each learner
-#: toward a central average model every step (synchronous model averaging).
-UPDATES = ("sync", "local_sgd", "crossbow")
+#: local_sgd averages models every RunConfig.average_every steps, hybrid averages gradients inside
+#: synchronous groups of ranks every step and models across groups every average_every steps
+#: (hpclab.rank.groups), crossbow pulls each learner toward a central average model every step
+#: (synchronous model averaging).
+UPDATES = ("sync", "local_sgd", "hybrid", "crossbow")
 #: Silent data corruption (hpclab.rank.sdc): which tensor of one layer a single bit flip hits.
 SDC_TARGETS = ("none", "weights", "gradients", "activations")
 FLOAT32_BITS = 32  # bit 31 sign, 30-23 exponent, 22-0 mantissa (IEEE 754 binary32)

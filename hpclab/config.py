@@ -90,9 +90,14 @@ class RunConfig:
     )
     # -- beyond synchronous SGD (hpclab.rank.averaging) ----------------------------------------
     update: str = knob(
-        "sync", "sync (average gradients), local_sgd (average models) or crossbow (SMA)"
+        "sync",
+        "sync (average gradients), local_sgd (average models), hybrid (sync groups, models "
+        "averaged across them) or crossbow (SMA)",
     )
-    average_every: int = knob(1, "local_sgd: steps between model averages (H; 1 = sync SGD)")
+    average_every: int = knob(
+        1, "local_sgd, hybrid: steps between model averages (H; 1 = sync SGD)"
+    )
+    groups: int = knob(2, "hybrid: synchronous groups of consecutive ranks (divides workers)")
     staleness: int = knob(0, "apply the averaged gradient of this many steps ago (asynchrony)")
     # -- silent data corruption (hpclab.rank.sdc) ----------------------------------------------
     sdc_target: str = knob("none", "flip one bit of: none, weights, gradients or activations")
@@ -127,7 +132,7 @@ class RunConfig:
     # -- derived numbers ------------------------------------------------------------------------
     def global_batch(self, workers: int) -> int:
         """Samples per optimizer step across all ranks."""
-        return self.batch_per_worker * check_workers(workers)
+        return self.batch_per_worker * check_workers(workers, self)
 
     def local_batches(self, workers: int) -> list[int]:
         """Each rank's batch: rank 0's ``batch_skew`` % larger, the others share the rest of the

@@ -59,9 +59,12 @@ def _float_range(
         fail(name, value, rule)
 
 
-def check_workers(workers: Any) -> int:
+def check_workers(workers: Any, cfg=None) -> int:
+    """``workers`` as a number of ranks, checked against ``cfg``'s hybrid groups if given."""
     if not _is_int(workers) or workers < 1:
         raise ConfigError(f"workers must be an integer >= 1; you passed workers={workers!r}.")
+    if cfg is not None and cfg.update == "hybrid" and workers % cfg.groups:
+        fail("groups", cfg.groups, f"a divisor of workers ({workers}) with update 'hybrid'")
     return workers
 
 
@@ -102,6 +105,7 @@ def validate(cfg) -> None:
     _int_range(cfg, "timeline_steps", 0, 100_000)
     _sdc(cfg)
     _int_range(cfg, "average_every", 1, 100_000)
+    _int_range(cfg, "groups", 1, MAX_WORKERS)
     _int_range(cfg, "staleness", 0, 64)
     if cfg.staleness and cfg.update != "sync":
         fail("staleness", cfg.staleness, "0 with update other than 'sync'")

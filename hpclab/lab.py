@@ -22,66 +22,20 @@ from dataclasses import replace
 from pathlib import Path
 
 from hpclab import host, paths, profiles
-from hpclab.catalog import MAX_THREADS_PER_WORKER, MAX_WORKERS
 from hpclab.config import RunConfig
 from hpclab.engines import EngineSet
 from hpclab.errors import ConfigError, LabError, RunFailed
 from hpclab.host import find_mpiexec
-from hpclab.launch import horovod_env, plan_launch
+from hpclab.lab_args import LAUNCHERS, check_args
+from hpclab.launch import engine_settings, horovod_env, plan_launch
 from hpclab.profiles import Profile
 from hpclab.run import Run
 from hpclab.runs import RunStore
 from hpclab.world import check_world
 
-# launcher= overrides the profile's launch mode; "mpi" and "slurm" are the names of hpclab 0.1
-LAUNCHERS = {"auto": "auto", "mpiexec": "mpiexec", "mpi": "mpiexec", "srun": "srun", "sbatch": "sbatch", "slurm": "sbatch"}  # fmt: skip
 INIT_TIMEOUT_S = 300  # importing TensorFlow and hvd.init() on every engine, however busy
 log = logging.getLogger(__name__)
 _LIVE_LABS: weakref.WeakSet[Lab] = weakref.WeakSet()
-
-
-def _is_count(value, low: int, high: int) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
-
-
-def _check_args(workers, launcher, threads_per_worker, start_timeout, nodes, mpiexec) -> None:
-    if not _is_count(workers, 1, MAX_WORKERS):
-        raise ConfigError(
-            f"Lab.workers must be an integer from 1 to {MAX_WORKERS}; "
-            f"you passed workers={workers!r}."
-        )
-    if launcher is not None and launcher not in LAUNCHERS:
-        raise ConfigError(
-            "Lab.launcher must be one of 'auto', 'mpiexec' (this machine), 'srun' (inside a "
-            "Slurm allocation) or 'sbatch' (engines as a Slurm job), or None to follow the "
-            f"profile; you passed launcher={launcher!r}."
-        )
-    if not _is_count(threads_per_worker, 1, MAX_THREADS_PER_WORKER):
-        raise ConfigError(
-            "Lab.threads_per_worker must be an integer from 1 to "
-            f"{MAX_THREADS_PER_WORKER}; "
-            f"you passed threads_per_worker={threads_per_worker!r}."
-        )
-    if not _is_count(nodes, 0, MAX_WORKERS):
-        raise ConfigError(
-            f"Lab.nodes must be an integer from 0 (the launcher decides) to {MAX_WORKERS}; "
-            f"you passed nodes={nodes!r}."
-        )
-    if start_timeout is not None and (
-        isinstance(start_timeout, bool)
-        or not isinstance(start_timeout, (int, float))
-        or not 1 <= start_timeout <= 3600
-    ):
-        raise ConfigError(
-            "Lab.start_timeout must be a number of seconds from 1 to 3600 (or None: the "
-            f"profile's); you passed start_timeout={start_timeout!r}."
-        )
-    if mpiexec and os.path.basename(str(mpiexec)) == "srun":
-        raise ConfigError(
-            "Lab(mpiexec='srun') would start engines without an MPI plugin (each its own "
-            "1-rank world under Slurm's default MpiDefault=none); use launcher='srun' or a "
-            "profile, which pass --mpi=, -c and --overlap as needed."
-        )
 
 
 class Lab:
@@ -97,6 +51,9 @@ class Lab:
     the engines over that many nodes. `start_timeout` bounds registration (None: the profile's,
     90 s on this machine). `verbose=True` prints one line when the engines are ready (and the
     queue state while a Slurm job waits). `lab.ranks` maps rank -> engine id, pid, host, node.
+    `groups` registers that many synchronous groups as Horovod process sets at start, for
+    ``update="hybrid"`` runs (hpclab.rank.groups); a hybrid run with other groups restarts the
+    engines once.
     """
 
     def __init__(
@@ -111,9 +68,10 @@ class Lab:
         data_dir: str | Path | None = None,
         start_timeout: float | None = None,
         mpiexec: str | None = None,
+        groups: int = 1,
         verbose: bool = True,
     ):
-        _check_args(workers, launcher, threads_per_worker, start_timeout, nodes, mpiexec)
+        check_args(workers, launcher, threads_per_worker, start_timeout, nodes, mpiexec, groups)
         self.profile, self.profile_reason = profiles.resolve(profile)
         if launcher is not None:
             mode = LAUNCHERS[launcher]
@@ -140,7 +98,7 @@ class Lab:
         self._engine_ids: list[int] = []
         self._lost: str | None = None
         defaults = RunConfig()
-        self._horovod = (defaults.hvd_cycle_time_ms, defaults.hvd_fusion_mb, False)
+        self._horovod = (defaults.hvd_cycle_time_ms, defaults.hvd_fusion_mb, False, groups)
         _LIVE_LABS.add(self)  # before start(): an interrupted start still gets cleaned up at exit
         self.start()
 
@@ -248,9 +206,9 @@ class Lab:
     def restart(self, workers: int | None = None) -> None:
         """Fresh engines (after a failure, or to change the number of workers)."""
         if workers is not None:
-            _check_args(
-                workers, None, self.threads_per_worker, self.start_timeout, self.nodes, None
-            )
+            check_args(workers, None, self.threads_per_worker, self.start_timeout, self.nodes, None)
+            if workers % self._horovod[3]:  # the groups no longer divide the ranks: none
+                self._horovod = (*self._horovod[:3], 1)
             self.workers = workers
         self.stop()
         self.start()
@@ -296,8 +254,7 @@ class Lab:
             )
         cfg.global_batch(self.workers)  # validates workers against cfg (raises ConfigError)
         paths.check_staged(cfg, self.data_dir)  # before any rank waits for another
-        timeline = self._horovod[2] or cfg.timeline_steps > 0  # once on, it stays on
-        wanted = (cfg.hvd_cycle_time_ms, cfg.hvd_fusion_mb, timeline)
+        wanted = engine_settings(cfg, self._horovod, self.workers)
         if self._lost is not None:
             log.warning("the previous engines were lost (%s); restarting them.", self._lost)
             self._horovod = wanted  # one restart, with the settings this run asks for
@@ -306,7 +263,7 @@ class Lab:
             # Horovod reads these once, at hvd.init(): other values need fresh engines.
             log.warning(
                 "restarting the engines for Horovod cycle time %g ms, fusion buffer %g MB, "
-                "dynamic timeline %s (they were %g ms, %g MB, %s).",
+                "dynamic timeline %s, %d synchronous group(s) (they were %g ms, %g MB, %s, %d).",
                 *wanted,
                 *self._horovod,
             )

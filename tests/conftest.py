@@ -69,7 +69,7 @@ def _cores_to_themselves(request):
     cores to itself: the shared Lab's idle engines are not idle — MPICH busy-polls inside
     Horovod's background loop, about half a core per engine (benchmarks/README.md) — so it is
     stopped first; the next test that asks for `lab` restarts it."""
-    own = ("notebook", "browser", "hub", "slurm")
+    own = ("notebook", "browser", "hub", "slurm", "own_lab")
     if any(request.node.get_closest_marker(m) for m in own):
         for shared in _SHARED:
             if shared.healthy:

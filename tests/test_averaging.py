@@ -1,11 +1,13 @@
-"""Beyond synchronous SGD with real ranks: local SGD (H = 1 is synchronous SGD), Crossbow's
-model averaging, stale gradients (2 real MPI engines with Horovod; nothing is mocked; hpclab
-issue 15)."""
+"""Beyond synchronous SGD with real ranks: local SGD (H = 1 is synchronous SGD), hybrid groups
+(Horovod process sets), Crossbow's model averaging, stale gradients (real MPI engines with
+Horovod, 2 ranks and 4; nothing is mocked; hpclab issue 15)."""
+
+import json
 
 import numpy as np
 import pytest
 
-from hpclab import RunConfig
+from hpclab import Lab, RunConfig
 from hpclab.rank import engine
 
 pytestmark = [pytest.mark.mpi, pytest.mark.slow]
@@ -33,6 +35,11 @@ def test_averaging_the_models_every_step_is_synchronous_sgd(lab):
     moved = max(float(np.max(np.abs(a - b))) for a, b in zip(sync[0], sync[1]))
     assert moved == 0.0  # (synchronous replicas are equal bit for bit)
     print(f"[averaging] H=1 vs sync: largest weight difference {worst:.2e}")
+    # hybrid, one group of both ranks: its gradients are averaged over Horovod's global process
+    # set every step, and the average of equal models is the model: synchronous SGD, bit for bit
+    lab.run(BASE.replace(update="hybrid", groups=1, average_every=4)).wait(timeout=600)
+    for a, b in zip(sync[0], _weights(lab)[0]):
+        np.testing.assert_array_equal(b, a)
 
 
 def test_with_h_above_one_replicas_drift_between_averages_and_meet_at_them(lab):
@@ -41,6 +48,29 @@ def test_with_h_above_one_replicas_drift_between_averages_and_meet_at_them(lab):
     off = lab.run(local.replace(max_steps=58)).wait(timeout=600)
     on = lab.run(local).wait(timeout=600)
     assert len(set(off["weights_digest"])) == 2 and len(set(on["weights_digest"])) == 1
+    # hybrid with groups of one rank is local SGD (no gradient allreduce), bit for bit
+    groups_of_one = lab.run(local.replace(update="hybrid", groups=2)).wait(timeout=600)
+    assert groups_of_one["weights_digest"] == on["weights_digest"]
+
+
+@pytest.mark.own_lab
+def test_hybrid_groups_are_synchronous_inside_and_averaged_across_every_h_steps(tmp_path):
+    """4 ranks in 2 groups of 2 (Horovod process sets registered at start): after step 58, not
+    a multiple of H = 4, the replicas of a group are equal (their gradients were averaged over
+    the group's process set every step) and the two groups differ; at step 60 all four agree.
+    The groups were registered when the engines started: the runs restart nothing."""
+    hybrid = BASE.replace(update="hybrid", groups=2, average_every=4)
+    with Lab(workers=4, groups=2, runs_dir=tmp_path, verbose=False) as lab:
+        pids = [r["pid"] for r in lab.ranks]
+        run = lab.run(hybrid.replace(max_steps=58))
+        off = run.wait(timeout=600)
+        on = lab.run(hybrid).wait(timeout=600)
+        assert [r["pid"] for r in lab.ranks] == pids  # no restart
+    a, b, c, d = off["weights_digest"]
+    assert a == b and c == d and a != c, off["weights_digest"]
+    assert len(set(on["weights_digest"])) == 1
+    meta = json.loads((run.path / "config.json").read_text())
+    assert meta["lab"]["horovod_env"]["HPCLAB_HOROVOD_GROUPS"] == "2"
 
 
 def test_crossbow_learners_differ_around_one_central_model_and_train(lab):

@@ -242,3 +242,14 @@ def test_model_averaging_and_staleness_rules_name_the_field_and_what_is_allowed(
     with pytest.raises(ConfigError, match="staleness must be 0 with precision 'mixed_float16'"):
         RunConfig(staleness=2, precision="mixed_float16")
     assert RunConfig(update="crossbow", optimizer="sgd", staleness=0).update == "crossbow"
+
+
+def test_hybrid_groups_must_divide_the_workers_of_the_run():
+    """Checked against the run's workers (every run asks cfg.derived before any rank starts)."""
+    hybrid = RunConfig(update="hybrid", groups=2)
+    assert hybrid.derived(4)["global_batch"] == 4 * hybrid.batch_per_worker
+    with pytest.raises(ConfigError, match=r"groups must be a divisor of workers \(6\)"):
+        hybrid.replace(groups=4).derived(6)
+    with pytest.raises(ConfigError, match="groups must be an integer from 1"):
+        RunConfig(update="hybrid", groups=0)
+    assert RunConfig(groups=3).derived(4)["workers"] == 4  # (groups matter to hybrid runs only)

@@ -218,7 +218,7 @@ def test_the_time_section_sets_the_lessons_of_notebooks_06_and_07(preview):
 
 
 def test_the_advanced_section_sets_model_averaging_and_a_bit_flip_with_rollback(preview):
-    """Local SGD every 8 steps, bit 30 of layer 1's weights on rank 1 at step 20, the detector
+    """Hybrid groups (2 groups of the 2 ranks: local SGD) averaged every 8 steps, bit 30 of layer 1's weights on rank 1 at step 20, the detector
     at 3x with rollback, all from the folded "beyond synchronous SGD" section; a flip on a rank
     the run does not have, or rollback without the detector, shows the config's own sentence."""
     from hpclab.views.panel_widgets import ADVANCED_KNOBS
@@ -228,8 +228,8 @@ def test_the_advanced_section_sets_model_averaging_and_a_bit_flip_with_rollback(
     )
     assert section.selected_index is None
     changes = dict(
-        update="local_sgd", average_every=8, sdc_target="weights", sdc_layer=1, sdc_bit=30,
-        sdc_rank=1, sdc_step=20, spike_factor=3.0, rollback=True, staleness=0,
+        update="hybrid", average_every=8, groups=2, sdc_target="weights", sdc_layer=1,
+        sdc_bit=30, sdc_rank=1, sdc_step=20, spike_factor=3.0, rollback=True, staleness=0,
     )  # fmt: skip
     assert set(changes) == set(ADVANCED_KNOBS)
     set_knobs(preview, **changes)
@@ -241,7 +241,9 @@ def test_the_advanced_section_sets_model_averaging_and_a_bit_flip_with_rollback(
     assert "rollback must be False unless spike_factor > 0" in preview.config_error
     set_knobs(preview, spike_factor=3.0, staleness=4)  # stale gradients are synchronous SGD's
     assert "staleness must be 0 with update other than 'sync'" in preview.config_error
-    set_knobs(preview, update="sync")
+    set_knobs(preview, staleness=0, groups=3)  # 3 groups of this panel's 2 workers
+    assert "groups must be a divisor of workers (2) with update 'hybrid'" in preview.config_error
+    set_knobs(preview, update="sync", staleness=4)
     assert preview.config_error is None
     assert preview.config_from_widgets().staleness == 4
 

@@ -51,6 +51,8 @@ ROOT = Path(__file__).resolve().parents[1]
         ({"threads_per_worker": MAX_THREADS_PER_WORKER + 1}, "threads_per_worker="),
         ({"start_timeout": 0}, "start_timeout=0"),
         ({"start_timeout": True}, "start_timeout=True"),
+        ({"groups": 3}, "groups=3"),  # (of the default 2 workers)
+        ({"groups": 0}, "groups=0"),
     ],
 )
 def test_bad_arguments_are_refused_with_the_value_quoted(kwargs, quoted):

@@ -6,9 +6,12 @@ import shlex
 
 import pytest
 
+from hpclab.config import RunConfig
 from hpclab.errors import ConfigError
-from hpclab.launch import plan_launch
+from hpclab.launch import engine_settings, horovod_env, plan_launch
 from hpclab.profiles import BUILTIN, parse
+from hpclab.rank.groups import ENV as GROUPS_ENV
+from hpclab.rank.groups import members
 
 ALLOC = {"SLURM_JOB_ID": "42", "SLURM_JOB_CPUS_PER_NODE": "8", "SLURM_JOB_NUM_NODES": "1"}
 
@@ -153,6 +156,22 @@ def test_sbatch_script_renders_with_ipyparallels_formatter():
                                   output_file="/s/out.log")  # fmt: skip
     assert "echo ${{HOME}} {x}" in text and "#SBATCH --output=/s/out.log" in text
     assert text.rstrip().endswith("python -m ipyparallel.engine")
+
+
+def test_engine_settings_register_the_groups_a_hybrid_run_needs_and_keep_them():
+    """What Horovod reads at hvd.init(): a hybrid run of 2 groups of 2 needs process sets;
+    later runs keep them (and a timeline) rather than restart; one group, or groups of one
+    rank, need none (the global set; no gradient allreduce)."""
+    fresh = (0.1, 64.0, False, 1)
+    hybrid = RunConfig(update="hybrid", groups=2)
+    assert engine_settings(hybrid, fresh, 4) == (0.1, 64.0, False, 2)
+    assert engine_settings(RunConfig(), (0.1, 64.0, True, 2), 4) == (0.1, 64.0, True, 2)
+    assert engine_settings(hybrid, fresh, 2) == fresh  # 2 groups of 1: local SGD
+    assert engine_settings(hybrid.replace(groups=1), fresh, 4) == fresh
+    assert engine_settings(RunConfig(timeline_steps=5), fresh, 4)[2] is True
+    assert horovod_env(0.1, 64.0, groups=2)[GROUPS_ENV] == "2"
+    assert GROUPS_ENV not in horovod_env(0.1, 64.0)
+    assert members(8, 4) == [[0, 1], [2, 3], [4, 5], [6, 7]]
 
 
 def test_record_and_horovod_environment():

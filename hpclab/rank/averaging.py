@@ -16,6 +16,11 @@ The average runs inside the compiled step, after the update, on the steps where 
 step counter is a multiple of H (a ``tf.cond`` whose branch every rank takes alike: the counter
 is equal everywhere, so Horovod's collectives stay matched). It is timed as the step's
 ``allreduce`` part. Optimizer state (momentum) stays local, as in Lin et al.
+
+**Hybrid** (``update="hybrid"``, ``groups=G``) is local SGD between G synchronous groups: inside
+a group the ranks average their gradients every step over a Horovod process set, so the group's
+replicas stay equal, and the groups' models are averaged every H steps (Lin et al.'s
+hierarchical local SGD; hpclab.rank.groups). G = 1 is synchronous SGD, G = k is local SGD.
 """
 
 from __future__ import annotations
@@ -106,7 +111,8 @@ class SMA:
 
 
 def for_run(cfg, model, world: int):
-    """The run's model averaging, or None for synchronous SGD (or a single rank)."""
+    """The run's model averaging, or None for synchronous SGD (or a single rank). A hybrid run
+    averages models as local SGD does, across its synchronous groups (hpclab.rank.groups)."""
     if cfg.update == "sync" or world == 1:
         return None
     import horovod.tensorflow as hvd

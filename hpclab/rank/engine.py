@@ -13,6 +13,8 @@ import platform
 import time
 from pathlib import Path
 
+from hpclab.rank import groups
+
 _STATE: dict = {}  # per engine process: what init_worker set up (threads can be set only once)
 
 
@@ -35,8 +37,11 @@ def init_worker(threads: int = 1, probe: tuple[str, str] | None = None) -> dict:
     tf.config.threading.set_intra_op_parallelism_threads(threads)
     tf.config.threading.set_inter_op_parallelism_threads(max(1, min(2, threads)))
     # Horovod: initialise (MPI controller under mpiexec); HOROVOD_CYCLE_TIME and
-    # HOROVOD_FUSION_THRESHOLD come from the engine environment the Lab set.
-    hvd.init()
+    # HOROVOD_FUSION_THRESHOLD come from the engine environment the Lab set, and so do the
+    # synchronous groups of hybrid runs, registered now as process sets (hpclab.rank.groups).
+    from mpi4py import MPI
+
+    hvd.init(process_sets=groups.at_init(hvd, MPI.COMM_WORLD.Get_size()))
     t2 = time.perf_counter()
     # Horovod: pin one GPU per process by local rank (GPU path follows the TF/Horovod docs; the
     # test machines have no GPU, so this branch is exercised only on clusters).

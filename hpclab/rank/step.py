@@ -28,7 +28,7 @@ from __future__ import annotations
 import time
 
 from hpclab.pop import straggler_factor
-from hpclab.rank import averaging, staleness
+from hpclab.rank import averaging, groups, staleness
 
 TIMES = ("loop", "input", "compute", "allreduce", "apply")  # seconds summed per call, in order
 
@@ -47,6 +47,9 @@ class Step:
         self.loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
         # local SGD, Crossbow (hpclab.rank.averaging): no gradient allreduce, models averaged
         self.averaging = averaging.for_run(cfg, model, world)
+        # hybrid: this rank's synchronous group, whose gradients are averaged every step
+        hybrid = cfg.update == "hybrid" and world > 1
+        self.group = groups.of_rank(hvd, world, cfg.groups, rank) if hybrid else None
         self.stale = staleness.for_run(cfg, model.trainable_variables)  # asynchrony's staleness
         # The noise scale needs two batch sizes: with one rank there is only one, so skip the norms
         # (with uneven batches the small one is not one size; averaged models average no gradient)
@@ -109,14 +112,18 @@ class Step:
         finally:
             layer.activation = activation
 
-    def _allreduce(self, grads):
-        """Horovod: average gradients over ranks: one grouped (fused) op, or one per tensor so each
-        can start while backprop still runs. Loss-scaled gradients cross scaled (float16
-        compression keeps their range) and are unscaled afterwards."""
+    def _allreduce(self, grads, ranks=None):
+        """Horovod: average gradients over ranks (a process set: ``ranks``; all by default): one
+        grouped (fused) op, or one per tensor so each can start while backprop still runs.
+        Loss-scaled gradients cross scaled (float16 compression keeps their range) and are
+        unscaled afterwards."""
         hvd = self.hvd
+        over = dict(op=hvd.Average, compression=self.compression)
+        if ranks is not None:
+            over["process_set"] = ranks
         if self.cfg.grad_allreduce == "per_tensor":
-            return [hvd.allreduce(g, op=hvd.Average, compression=self.compression) for g in grads]
-        return hvd.grouped_allreduce(grads, op=hvd.Average, compression=self.compression)
+            return [hvd.allreduce(g, **over) for g in grads]
+        return hvd.grouped_allreduce(grads, **over)
 
     def _sq_norm(self, grads):
         tf = self.tf
@@ -187,6 +194,8 @@ class Step:
         small = self._sq_norm(grads) if sample and self.track_noise else zero  # before allreduce
         judged = loss
         if self.averaging is not None:  # local gradients; the detector's loss is averaged alone
+            if self.group is not None:  # hybrid: synchronous inside the group
+                grads = self._allreduce(grads, self.group)
             if self.detect:
                 judged = self.hvd.allreduce(loss, op=self.hvd.Average, name="hpclab_spike_loss")
         elif self.world > 1:

@@ -115,12 +115,14 @@ def _lab_dirs(args: argparse.Namespace) -> tuple[Path, Path]:
     return (args.runs_dir or runs, args.data_dir or data)
 
 
-def _start_lab(args: argparse.Namespace, workers: int):
+def _start_lab(args: argparse.Namespace, workers: int, groups: int = 1):
+    """The Lab of a command; ``groups``: a hybrid run's, registered at start (no restart)."""
     from hpclab.lab import Lab
 
     runs_dir, data_dir = _lab_dirs(args)
     return Lab(
         workers=workers,
+        groups=groups,
         profile=args.profile,
         nodes=args.nodes,
         threads_per_worker=args.threads_per_worker,
@@ -171,7 +173,7 @@ def run(args: argparse.Namespace) -> int:
     interrupted = False
     # Everything the lab prints goes to stderr, so stdout carries only the result.
     with contextlib.redirect_stdout(sys.stderr):
-        with _start_lab(args, workers) as lab:
+        with _start_lab(args, workers, cfg.groups if cfg.update == "hybrid" else 1) as lab:
             handle = lab.run(cfg)
             say(f"hpclab run: recording to {handle.path}")
             progress.start()

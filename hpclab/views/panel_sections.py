@@ -65,6 +65,7 @@ def arrange(w: dict[str, Any], column, labelled, W: Any) -> tuple[Any, Any]:
                 "Model averaging",
                 labelled("update", w["update"]),
                 w["average_every"],
+                w["groups"],
                 w["staleness"],
             ),
             column(
@@ -110,7 +111,9 @@ def _advanced_widgets(w: dict[str, Any], b: RunConfig, W: Any) -> None:
     detector with rollback (hpclab.rank.averaging, hpclab.rank.sdc)."""
     numbers = (  # name, widget, min, max, step, label, tooltip
         ("average_every", W.BoundedIntText, 1, 100_000, 1, "average every H",
-         "local_sgd: steps between model averages (1: the same as sync)"),
+         "local_sgd, hybrid: steps between model averages (1: the same as sync)"),
+        ("groups", W.BoundedIntText, 1, MAX_WORKERS, 1, "hybrid: groups",
+         "synchronous groups of consecutive ranks, models averaged across them (divides workers)"),
         ("staleness", W.BoundedIntText, 0, 64, 1, "stale by steps",
          "sync: apply the averaged gradient of this many steps ago (asynchrony's cost)"),
         ("sdc_layer", W.BoundedIntText, 0, 10_000, 1, "flip: layer",

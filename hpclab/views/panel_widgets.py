@@ -53,6 +53,7 @@ KNOBS = (
     # "beyond synchronous SGD" (notebooks 08 and 09), folded too
     "update",
     "average_every",
+    "groups",
     "staleness",
     "sdc_target",
     "sdc_layer",
