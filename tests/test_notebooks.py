@@ -172,10 +172,10 @@ def _claim_08(runs_dir: Path) -> str:
 
 
 def _claim_09(runs_dir: Path) -> str:
-    """Notebook 09: local SGD every 4 and 16 steps trains within two points of synchronous SGD
-    on iid shards; Crossbow's central model reaches the target, its epochs reported beside
-    synchronous SGD's; on shards sorted by label synchronous SGD still trains, local SGD with
-    H = 16 falls clearly behind it."""
+    """Notebook 09: local SGD every 16 steps trains within two points of synchronous SGD on iid
+    shards; Crossbow's central model reaches the target, its epochs reported beside synchronous
+    SGD's; on shards sorted by label synchronous SGD still trains, local SGD with H = 16 falls
+    clearly behind it, and two synchronous groups averaged every 16 steps land in between."""
     from hpclab import load_run
     from hpclab.views.comparison import compare
 
@@ -185,11 +185,12 @@ def _claim_09(runs_dir: Path) -> str:
     table = compare(list(runs.values()), target=0.85).table.set_index("label")
     acc, epochs = table["val_accuracy"], table["epochs_to_target"]
     at = {name: f"{name} ×4" for name in runs}
-    for local in ("local SGD, H=4", "local SGD, H=16"):
-        assert abs(acc[at[local]] - acc[at["S-SGD"]]) <= 0.02, acc
+    assert abs(acc[at["local SGD, H=16"]] - acc[at["S-SGD"]]) <= 0.02, acc
     assert epochs[at["S-SGD"]] > 0 and epochs[at["Crossbow SMA"]] > 0, epochs  # both reached it
     assert acc[at["S-SGD, by label"]] >= acc[at["S-SGD"]] - 0.02, acc
     assert acc[at["local SGD, H=16, by label"]] <= acc[at["S-SGD, by label"]] - 0.05, acc
+    hybrid = acc[at["hybrid 2x2, H=16, by label"]]  # measured 0.908 (local 0.811, sync 0.951)
+    assert acc[at["local SGD, H=16, by label"]] + 0.03 <= hybrid <= acc[at["S-SGD, by label"]], acc
     return f"val accuracy {acc.round(3).to_dict()}; epochs to 0.85 {epochs.round(2).to_dict()}"
 
 
