@@ -25,7 +25,7 @@ test: lint ## lint, then all tests: real MPI engines and Horovod, notebooks, the
 	@scripts/install-browser.sh
 	@scripts/install-slurm.sh
 	@scripts/install-hub.sh
-	HPCLAB_REQUIRE_MPI=1 HPCLAB_REQUIRE_SLURM=1 $(PY) -m pytest
+	HPCLAB_REQUIRE_MPI=1 HPCLAB_REQUIRE_SLURM=1 $(PY) -m pytest --durations=30
 
 check: lint ## the fast tier (under a minute): lint plus every test that starts no engines
 	$(PY) -m pytest -q $(PYTEST_FAST)
