@@ -97,7 +97,7 @@ class RunConfig:
     average_every: int = knob(
         1, "local_sgd, hybrid: steps between model averages (H; 1 = sync SGD)"
     )
-    groups: int = knob(2, "hybrid: synchronous groups of consecutive ranks (divides workers)")
+    groups: int = knob(1, "hybrid: synchronous groups of consecutive ranks (divides workers)")
     staleness: int = knob(0, "apply the averaged gradient of this many steps ago (asynchrony)")
     # -- silent data corruption (hpclab.rank.sdc) ----------------------------------------------
     sdc_target: str = knob("none", "flip one bit of: none, weights, gradients or activations")

@@ -203,13 +203,16 @@ class Lab:
         if engines is not None:
             engines.stop(clean=self._lost is None)  # lost engines cannot answer a clean shutdown
 
-    def restart(self, workers: int | None = None) -> None:
-        """Fresh engines (after a failure, or to change the number of workers)."""
+    def restart(self, workers: int | None = None, cfg: RunConfig | None = None) -> None:
+        """Fresh engines (after a failure, or to change the number of workers); with ``cfg``,
+        started with the Horovod settings its run needs (so that run restarts nothing)."""
         if workers is not None:
             check_args(workers, None, self.threads_per_worker, self.start_timeout, self.nodes, None)
             if workers % self._horovod[3]:  # the groups no longer divide the ranks: none
                 self._horovod = (*self._horovod[:3], 1)
             self.workers = workers
+        if cfg is not None:
+            self._horovod = engine_settings(cfg, self._horovod, self.workers)
         self.stop()
         self.start()
 
@@ -241,6 +244,26 @@ class Lab:
         return self._engines.output() if self._engines is not None else ""
 
     # -- runs -------------------------------------------------------------------------------------
+    def ready_for(self, cfg: RunConfig) -> None:
+        """Engines that can run ``cfg``: restarted if they were lost, or if Horovod must read
+        other settings at ``hvd.init()`` for it (hpclab.launch.engine_settings)."""
+        wanted = engine_settings(cfg, self._horovod, self.workers)
+        if self._lost is not None:
+            log.warning("the previous engines were lost (%s); restarting them.", self._lost)
+            self.restart(cfg=cfg)  # one restart, with the settings this run asks for
+        elif wanted != self._horovod and self._engines is not None:
+            # Horovod reads these once, at hvd.init(): other values need fresh engines.
+            log.warning(
+                "restarting the engines for Horovod cycle time %g ms, fusion buffer %g MB, "
+                "dynamic timeline %s, %d synchronous group(s) (they were %g ms, %g MB, %s, %d).",
+                *wanted,
+                *self._horovod,
+            )
+            self._horovod = wanted
+            self.restart()
+        if self._engines is None:
+            raise LabError("this lab is stopped; call lab.start() or make a new Lab.")
+
     def run(self, cfg: RunConfig) -> Run:
         """Start `cfg` on every rank and return its `Run` at once."""
         from hpclab.rank import engine
@@ -254,23 +277,7 @@ class Lab:
             )
         cfg.global_batch(self.workers)  # validates workers against cfg (raises ConfigError)
         paths.check_staged(cfg, self.data_dir)  # before any rank waits for another
-        wanted = engine_settings(cfg, self._horovod, self.workers)
-        if self._lost is not None:
-            log.warning("the previous engines were lost (%s); restarting them.", self._lost)
-            self._horovod = wanted  # one restart, with the settings this run asks for
-            self.restart()
-        if wanted != self._horovod and self._engines is not None:
-            # Horovod reads these once, at hvd.init(): other values need fresh engines.
-            log.warning(
-                "restarting the engines for Horovod cycle time %g ms, fusion buffer %g MB, "
-                "dynamic timeline %s, %d synchronous group(s) (they were %g ms, %g MB, %s, %d).",
-                *wanted,
-                *self._horovod,
-            )
-            self._horovod = wanted
-            self.restart()
-        if self._engines is None:
-            raise LabError("this lab is stopped; call lab.start() or make a new Lab.")
+        self.ready_for(cfg)
         store = RunStore(self.runs_dir)
         store.create(
             {

@@ -46,14 +46,13 @@ def horovod_env(
     "Tensor Fusion"; 0 MB turns fusion off), and with ``timeline`` a timeline a run can switch
     on (``RunConfig.timeline_steps``: hpclab.timeline). Only engines that need it get it: a
     dynamic timeline makes every negotiation cycle carry its state (16 ranks on 2 cores took
-    5.5 s instead of < 2 s to stop a run together with it on). ``groups`` > 1: the synchronous
+    5.5 s instead of < 2 s to stop a run together with it on). ``groups``: the synchronous
     groups of hybrid runs, registered as Horovod process sets (hpclab.rank.groups)."""
     env = {
         "HOROVOD_CYCLE_TIME": f"{cycle_time_ms:g}",
         "HOROVOD_FUSION_THRESHOLD": str(int(fusion_mb * 1024 * 1024)),
     }
-    if groups > 1:
-        env[GROUPS_ENV] = str(groups)
+    env[GROUPS_ENV] = str(groups)  # (always: a stray value in the client's env must not leak)
     return {**env, "HOROVOD_TIMELINE": "DYNAMIC"} if timeline else env
 
 

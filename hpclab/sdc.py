@@ -74,8 +74,7 @@ def monte_carlo(
     if steps > cfg.steps_per_epoch(lab.workers):
         raise ConfigError(f"steps must be at most an epoch ({cfg.steps_per_epoch(lab.workers)}).")
     cfg.derived(lab.workers)
-    if not lab.healthy:
-        raise LabError("monte_carlo needs a running lab; call lab.restart() first.")
+    lab.ready_for(cfg)  # (engines with the process sets of a hybrid study, say)
     record = Path(lab.runs_dir) / ".sdc"
     record.mkdir(mode=0o700, exist_ok=True)
     plan = {"bits": bits, "trials": trials, "steps": steps, "rank": rank, "layers": layers,

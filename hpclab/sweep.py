@@ -248,7 +248,7 @@ def run_sweep(
             records.append(record)
             continue
         if lab.workers != point.workers:
-            lab.restart(workers=point.workers)
+            lab.restart(workers=point.workers, cfg=point.config)
         elif not lab.healthy:
             lab.restart()  # the previous run lost its engines (Lab.run would too, with a warning)
         report(i, point, "running")

@@ -291,7 +291,7 @@ def test_horovod_settings_reach_the_engines_and_a_change_restarts_them(tmp_path,
         assert horovod_env() == [("2", "0")]
         meta = json.loads((run.path / "config.json").read_text())
         assert meta["lab"]["horovod_env"] == {
-            "HOROVOD_CYCLE_TIME": "2", "HOROVOD_FUSION_THRESHOLD": "0"
+            "HOROVOD_CYCLE_TIME": "2", "HOROVOD_FUSION_THRESHOLD": "0", "HPCLAB_HOROVOD_GROUPS": "1"
         }  # fmt: skip
         pids = rank_pids(lab)
         lab.run(cfg.replace(seed=1)).wait(timeout=300)  # same settings: no restart

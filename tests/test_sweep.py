@@ -124,7 +124,7 @@ class _Lab:
         self.calls: list = []
         self.outcomes = outcomes or {}  # batch_per_worker -> status
 
-    def restart(self, workers=None):
+    def restart(self, workers=None, cfg=None):
         self.calls.append(("restart", workers))
         self.workers = workers or self.workers
 

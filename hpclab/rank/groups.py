@@ -7,8 +7,9 @@ groups). This is the shape of NERSC's 15-PF climate run (Kurth et al., "Deep lea
 SC17, arXiv:1708.05256: synchronous groups, asynchronous exchange between them) with the
 exchange made periodic and synchronous, as in Lin et al.'s hierarchical local SGD (ICLR 2020,
 arXiv:1808.07217). Consecutive ranks are the ranks of one node under mpiexec and srun's block
-placement, so a group's every-step allreduce stays inside a node and only the rare model average
-crosses the network.
+placement, so when a node's ranks are a multiple of a group's size, a group's every-step
+allreduce stays inside a node and only the rare model average crosses the network (6 ranks on 2
+nodes in 3 groups would put ranks 2-3 on two nodes).
 
 A group's allreduce runs over a Horovod *process set* (Horovod ≥ 0.23; "Process Sets" in its
 docs). Process sets are fixed at ``hvd.init()`` unless ``HOROVOD_DYNAMIC_PROCESS_SETS`` is set,

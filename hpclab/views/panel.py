@@ -195,7 +195,7 @@ class Panel:
                     f"restarting the engines with {text.n_workers(self.workers)} (the lab had "
                     f"{self.lab.workers}); this takes 10–30 s…"
                 )
-                self.lab.restart(workers=self.workers)
+                self.lab.restart(workers=self.workers, cfg=cfg)
             elif getattr(self.lab, "lost", None):  # lab.run restarts them; say why it takes long
                 self._say(
                     f"the previous engines were lost ({self.lab.lost}); restarting them, "
