@@ -163,6 +163,10 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 # FIFO, no backfill interval: queued jobs start as soon as CPUs free up.
 SchedulerType=sched/builtin
+# A job whose --begin time passes is started by the main loop's periodic pass, every 60 s by
+# default: test_b's held job then waited up to 66 s, past its 60 s queue timeout (seen once in
+# CI). Every 2 s here.
+SchedulerParameters=sched_interval=2
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/none
