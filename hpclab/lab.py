@@ -259,8 +259,7 @@ class Lab:
                 *wanted,
                 *self._horovod,
             )
-            self._horovod = wanted
-            self.restart()
+            self.restart(cfg=cfg)  # (restart takes the settings from engine_settings, as here)
         if self._engines is None:
             raise LabError("this lab is stopped; call lab.start() or make a new Lab.")
 
