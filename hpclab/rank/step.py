@@ -231,7 +231,7 @@ class Step:
         return out, times, tf.stack([t3 if self.averaging is None else end, end]), judged
 
 
-_LATE = [0.0]  # how late time.sleep wakes up on this rank: a running mean, in seconds
+_LATE = [0.0]  # how late time.sleep wakes up on this rank: a high running estimate, in seconds
 
 
 def _straggle(since, factor, extra_s) -> float:
@@ -242,19 +242,25 @@ def _straggle(since, factor, extra_s) -> float:
     it took to enter this Python function (the GIL hand-over, 0.1-0.4 ms, paid by every rank of
     a straggler run), so the straggler is slower at exactly everything the others did too.
 
-    It ends on a deadline: the sleep is shortened by how late this rank's sleeps wake up (0.05 ms
-    on a quiet core, 0.2 ms and more on a busy one: a 30 % straggler then read load balance 0.80
-    instead of 0.85), and the last part is spun. Returns the seconds asked for."""
+    It ends on a deadline: the sleep is shortened by how late this rank's sleeps wake up, and
+    the rest is spun. Wake-ups are 0.05 ms late on a quiet core, and 1 ms and more where two
+    ranks' threads share two busy cores, longer than a small model's whole wait: then it is all
+    spun (a sleep capped at half the wait overshot it by the lateness, and a 30 % straggler read
+    load balance 0.77 instead of 0.85). The estimate rises at once with a later wake-up and
+    decays while every wait is spun, so a later wait sleeps and measures it again. Returns the
+    seconds asked for."""
     now = time.time()
     wait = (now - float(since)) * float(factor) + float(extra_s)
     if wait <= 0:
         return 0.0
-    # (never more than half the wait is spun: one very late wake-up must not turn every later
-    # wait into a spin, with nothing left to learn the lateness from)
-    deadline, nap = now + wait, wait - min(_LATE[0], wait / 2)
-    t0 = time.time()
-    time.sleep(nap)
-    _LATE[0] += 0.1 * (time.time() - t0 - nap - _LATE[0])
+    deadline, nap = now + wait, wait - _LATE[0]
+    if nap > 0:
+        t0 = time.time()
+        time.sleep(nap)
+        late = time.time() - t0 - nap
+        _LATE[0] += (0.5 if late > _LATE[0] else 0.05) * (late - _LATE[0])
+    else:
+        _LATE[0] *= 0.98
     while time.time() < deadline:  # the rest: precise to microseconds
         pass
     return wait
