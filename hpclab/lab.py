@@ -29,6 +29,7 @@ from hpclab.host import find_mpiexec
 from hpclab.lab_args import LAUNCHERS, check_args
 from hpclab.launch import engine_settings, horovod_env, plan_launch
 from hpclab.profiles import Profile
+from hpclab.rank.groups import across_nodes
 from hpclab.run import Run
 from hpclab.runs import RunStore
 from hpclab.world import check_world
@@ -262,6 +263,13 @@ class Lab:
             self.restart(cfg=cfg)  # (restart takes the settings from engine_settings, as here)
         if self._engines is None:
             raise LabError("this lab is stopped; call lab.start() or make a new Lab.")
+        split = cfg.update == "hybrid" and across_nodes([r["host"] for r in self.ranks], cfg.groups)
+        if split:
+            log.warning(
+                "hybrid groups %s have ranks on more than one node: their every-step allreduce "
+                "crosses the network (choose groups so each node's ranks are whole groups).",
+                split,
+            )
 
     def run(self, cfg: RunConfig) -> Run:
         """Start `cfg` on every rank and return its `Run` at once."""

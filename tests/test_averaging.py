@@ -3,6 +3,7 @@
 Horovod, 2 ranks and 4; nothing is mocked; hpclab issue 15)."""
 
 import json
+import logging
 
 import numpy as np
 import pytest
@@ -54,13 +55,15 @@ def test_with_h_above_one_replicas_drift_between_averages_and_meet_at_them(lab):
 
 
 @pytest.mark.own_lab
-def test_hybrid_groups_are_synchronous_inside_and_averaged_across_every_h_steps(tmp_path):
+def test_hybrid_groups_are_synchronous_inside_and_averaged_across_every_h_steps(tmp_path, caplog):
     """4 ranks in 2 groups of 2 (Horovod process sets registered at start): after step 58, not
     a multiple of H = 4, the replicas of a group are equal (their gradients were averaged over
     the group's process set every step) and the two groups differ; at step 60 all four agree.
     Horovod fixes process sets at hvd.init(): Lab(groups=2) registers them at start, so the runs
     restart nothing (a Lab without them restarts once: launch.engine_settings, tested in
-    test_launch.py; one 4-rank start fewer here, about 30 s of CI)."""
+    test_launch.py; one 4-rank start fewer here, about 30 s of CI). With the ranks' hosts
+    relabelled as two nodes, a run warns when a group spans both (round robin) and not when
+    each node holds whole groups (blocks)."""
     hybrid = BASE.replace(update="hybrid", groups=2, average_every=4)
     with Lab(workers=4, groups=2, runs_dir=tmp_path, verbose=False) as lab:
         pids = [r["pid"] for r in lab.ranks]
@@ -68,6 +71,18 @@ def test_hybrid_groups_are_synchronous_inside_and_averaged_across_every_h_steps(
         off = run.wait(timeout=600)
         on = lab.run(hybrid).wait(timeout=600)
         assert [r["pid"] for r in lab.ranks] == pids  # no restart
+        hosts = [r["host"] for r in lab.ranks]
+        try:  # two nodes: blocks keep each group on one, round robin splits both groups
+            for placement, split in (("aabb", False), ("abab", True)):
+                for r, node in zip(lab.ranks, placement):
+                    r["host"] = node
+                caplog.clear()
+                with caplog.at_level(logging.WARNING, logger="hpclab.lab"):
+                    lab.ready_for(hybrid)
+                assert ("[[0, 1], [2, 3]] have ranks on more than one node" in caplog.text) == split
+        finally:
+            for r, host in zip(lab.ranks, hosts):
+                r["host"] = host
     a, b, c, d = off["weights_digest"]
     assert a == b and c == d and a != c, off["weights_digest"]
     assert len(set(on["weights_digest"])) == 1

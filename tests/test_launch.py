@@ -11,7 +11,7 @@ from hpclab.errors import ConfigError
 from hpclab.launch import engine_settings, horovod_env, plan_launch
 from hpclab.profiles import BUILTIN, parse
 from hpclab.rank.groups import ENV as GROUPS_ENV
-from hpclab.rank.groups import members
+from hpclab.rank.groups import across_nodes, members
 
 ALLOC = {"SLURM_JOB_ID": "42", "SLURM_JOB_CPUS_PER_NODE": "8", "SLURM_JOB_NUM_NODES": "1"}
 
@@ -172,6 +172,15 @@ def test_engine_settings_register_the_groups_a_hybrid_run_needs_and_keep_them():
     assert horovod_env(0.1, 64.0, groups=2)[GROUPS_ENV] == "2"
     assert horovod_env(0.1, 64.0)[GROUPS_ENV] == "1"  # (set even then: nothing stray leaks in)
     assert members(8, 4) == [[0, 1], [2, 3], [4, 5], [6, 7]]
+
+
+def test_groups_that_span_nodes_are_named():
+    """Block placement of 4 ranks per node keeps groups of 2 or 4 on one node; 3 ranks per
+    node split the middle group of 3 groups of 2; round robin splits every group."""
+    assert across_nodes(list("aaaabbbb"), 2) == across_nodes(list("aaaabbbb"), 4) == []
+    assert across_nodes(list("aaabbb"), 3) == [[2, 3]]
+    assert across_nodes(list("abab"), 2) == [[0, 1], [2, 3]]
+    assert across_nodes(list("abab"), 1) == across_nodes(list("abab"), 4) == []  # no sets
 
 
 def test_record_and_horovod_environment():

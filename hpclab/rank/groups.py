@@ -39,6 +39,15 @@ def needs_sets(world: int, groups: int) -> bool:
     return 1 < groups < world and world % groups == 0
 
 
+def across_nodes(hosts: list[str], groups: int) -> list[list[int]]:
+    """The groups (their ranks) with ranks on more than one node, given each rank's host in
+    rank order: their every-step allreduce crosses the network, which the grouping is meant to
+    spare (``across_nodes(["a", "a", "b", "b"], 2) == []``)."""
+    if not needs_sets(len(hosts), groups):
+        return []
+    return [g for g in members(len(hosts), groups) if len({hosts[r] for r in g}) > 1]
+
+
 def at_init(hvd, world: int) -> list:
     """The ProcessSets to pass to ``hvd.init(process_sets=...)`` on every rank alike: the groups
     the engine environment names (none without it), remembered for :func:`of_rank`."""

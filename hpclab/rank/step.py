@@ -176,6 +176,11 @@ class Step:
         with tf.control_dependencies([t0] if self.timed else []):
             x, y = batch()
         t1 = self._after([x, y])
+        if self.timed:  # the forward pass waits for t1: the executor may run ready ops in any
+            # order: at 512 samples t1 came late (median input 2.0-4.3 ms, not 0.1; now and
+            # then after the backward pass: compute 0.006 ms); at 64 the slip hid in noise
+            with tf.control_dependencies([t1]):
+                x, y = tf.identity(x), tf.identity(y)
         if flip is not None and self.fault.target == "activations":
             loss, correct, grads = self._loss_and_grads(x, y, flip)
         else:
