@@ -251,9 +251,9 @@ def _straggle(since, factor, extra_s) -> float:
     the rest is spun. Wake-ups are 0.05 ms late on a quiet core, and 1 ms and more where two
     ranks' threads share two busy cores, longer than a small model's whole wait: then it is all
     spun (a sleep capped at half the wait overshot it by the lateness, and a 30 % straggler read
-    load balance 0.77 instead of 0.85). The estimate rises at once with a later wake-up and
-    decays while every wait is spun, so a later wait sleeps and measures it again. Returns the
-    seconds asked for."""
+    load balance 0.77 instead of 0.85). The estimate moves halfway up to a later wake-up at
+    once, down by 5 % of the gap after an earlier one, and decays while every wait is spun, so
+    a later wait sleeps and measures it again. Returns the seconds asked for."""
     now = time.time()
     wait = (now - float(since)) * float(factor) + float(extra_s)
     if wait <= 0:
