@@ -72,10 +72,9 @@ def test_input_and_compute_are_split_where_the_batch_is_large(lab):
     run.wait(timeout=600)
     assert run.status == "finished", run.error
     rows = _steady(run)
-    print(f"[split 512] {len(rows)} steady rows")
     inputs = np.median(np.array(rows["rank_input_ms"].tolist()), axis=0)
     compute = np.median(np.array(rows["rank_compute_ms"].tolist()), axis=0)
-    print(f"[split 512] input ms {inputs}, compute ms {compute}")
+    print(f"[split 512] {len(rows)} steady rows; input ms {inputs}, compute ms {compute}")
     assert (inputs < 0.25 * compute).all(), (inputs, compute)
 
 
@@ -93,7 +92,9 @@ def test_a_30_percent_straggler_lowers_load_balance_and_shows_in_its_compute(lab
     straggler's — Python's entry into its function on every rank, a late wake-up — weigh less
     against the work it scales: measured here, 6 runs of 6 read 0.835-0.865 (at 64: 0.81-0.88).
     CI failed 3 attempts of 3 twice: rank 0 slow (0.94-0.99), and, reproduced here, the sleep
-    overshooting its deadline (0.77: rank.step._straggle now spins what a sleep cannot meet)."""
+    overshooting its deadline (0.77). rank.step._straggle now spins what a sleep cannot meet,
+    yet a later CI still read 0.74-0.76 in 2 attempts of 3 on the same engines (an overshoot of
+    the lab's own: only its 2 engines used the CPU; cause not found), so a retry restarts them."""
     cfg = RunConfig(**{**BASE, "batch_per_worker": 128}, straggler_rank=1, straggler_slowdown=30)
     seen, cpu = [], _cpu_seconds()
     for attempt in range(3):
