@@ -5,9 +5,9 @@ Reference formulas and where they come from:
 
 * Throughput the Horovod-benchmark way (horovod/examples/tensorflow2/
   tensorflow2_synthetic_benchmark.py): skip warm-up intervals, mean ± 1.96 σ per rank, × ranks —
-  :func:`hpclab.metrics.throughput_stats`, the same code the engine reports with.
+  :func:`hpclab.core.metrics.throughput_stats`, the same code the engine reports with.
 * Weak-scaling efficiency E(N) = T_N / (N · T_1) (fixed batch per rank) —
-  :func:`hpclab.metrics.efficiency`, re-exported here as `efficiency` (and `weak_efficiency`).
+  :func:`hpclab.core.metrics.efficiency`, re-exported here as `efficiency` (and `weak_efficiency`).
 * MFU = achieved FLOP/s ÷ peak FLOP/s, with achieved = images/s × FLOP/image (the model-FLOP
   utilisation of Chowdhery et al. 2022, "PaLM", arXiv:2204.02311, appendix B). ResNet-50 training
   ≈ 24.6 GFLOP/image = 3 × 4.1·10⁹ multiply-adds × 2 FLOP each: forward ≈ 4.1·10⁹ multiply-adds
@@ -27,7 +27,7 @@ import math
 import statistics
 from collections.abc import Iterable, Sequence
 
-from hpclab.metrics import efficiency
+from hpclab.core.metrics import efficiency
 
 RESNET50_TRAIN_FLOP_PER_IMAGE = 24.6e9
 
@@ -189,7 +189,7 @@ def parse_result_line(stdout: str) -> dict | None:
     return json.loads(lines[-1]) if lines else None
 
 
-#: E(N) = T_N / (N · T_1): one implementation, in hpclab.metrics; this is the name run.py uses.
+#: E(N) = T_N / (N · T_1): one implementation, in hpclab.core.metrics; this is the name run.py uses.
 weak_efficiency = efficiency
 
 

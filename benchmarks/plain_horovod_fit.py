@@ -56,7 +56,7 @@ def parse_args(argv=None):
     p.add_argument("--interval", type=int, default=8, help="batches per throughput window")
     p.add_argument("--verbose", type=int, default=1, help="Keras verbosity on rank 0")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--data-dir", default=None, help="default: hpclab.paths.data_dir()")
+    p.add_argument("--data-dir", default=None, help="default: hpclab.records.paths.data_dir()")
     return p.parse_args(argv)
 
 
@@ -71,10 +71,10 @@ def main(argv=None) -> None:
     import numpy as np
     import tensorflow as tf
 
-    from hpclab import paths
-    from hpclab.config import RunConfig
-    from hpclab.metrics import throughput_stats
+    from hpclab.core.config import RunConfig
+    from hpclab.core.metrics import throughput_stats
     from hpclab.rank import data, models
+    from hpclab.records import paths
 
     # Thread pools are sized before TF's runtime starts (same rule as hpclab.rank.engine.init_worker).
     tf.config.threading.set_intra_op_parallelism_threads(args.threads)

@@ -40,7 +40,7 @@ def parse_args(argv=None):
     p.add_argument("--steps-per-call", type=int, default=8, help="K optimizer steps per call")
     p.add_argument("--threads", type=int, default=1, help="intra-op threads per rank")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--data-dir", default=None, help="default: hpclab.paths.data_dir()")
+    p.add_argument("--data-dir", default=None, help="default: hpclab.records.paths.data_dir()")
     return p.parse_args(argv)
 
 
@@ -53,10 +53,10 @@ def main(argv=None) -> None:
     import numpy as np
     import tensorflow as tf
 
-    from hpclab import paths
-    from hpclab.config import RunConfig
-    from hpclab.metrics import throughput_stats
+    from hpclab.core.config import RunConfig
+    from hpclab.core.metrics import throughput_stats
     from hpclab.rank import data, models
+    from hpclab.records import paths
 
     tf.config.threading.set_intra_op_parallelism_threads(args.threads)
     tf.config.threading.set_inter_op_parallelism_threads(max(1, min(2, args.threads)))

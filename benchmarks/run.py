@@ -257,8 +257,8 @@ def _lab_key(lab) -> tuple:
 
 
 def horovod_env_of(cfg) -> dict[str, str]:
-    """The Horovod environment the Lab gives the engines for `cfg` (hpclab.launch.horovod_env)."""
-    from hpclab.launch import horovod_env
+    """The Horovod environment the Lab gives the engines for `cfg` (hpclab.cluster.launch.horovod_env)."""
+    from hpclab.cluster.launch import horovod_env
 
     return horovod_env(cfg.hvd_cycle_time_ms, cfg.hvd_fusion_mb)
 
@@ -280,7 +280,7 @@ def engine_run(lab, cfg) -> dict:
     hist = run.history
     split = {}
     if len(hist) > 2 and "step_ms" in hist:  # telemetry on: the engine's own per-step split
-        from hpclab.pop import PARTS
+        from hpclab.core.pop import PARTS
 
         later = hist.iloc[len(hist) // 4 :]  # past the first call
         split = {f"{p}_ms_per_step": float(later[f"{p}_ms"].mean()) for p in PARTS}
@@ -320,10 +320,10 @@ def engine_run(lab, cfg) -> dict:
 def script_run(script: Path, ranks: int, args: list, horovod: dict | None) -> dict:
     """`script` under mpiexec on `ranks` ranks; its JSON result line as a dict.
 
-    `horovod` is the HOROVOD_* environment to give it (the engine's, from hpclab.launch.horovod_env);
+    `horovod` is the HOROVOD_* environment to give it (the engine's, from hpclab.cluster.launch.horovod_env);
     None runs it with Horovod's own defaults (HOROVOD_CYCLE_TIME / HOROVOD_FUSION_THRESHOLD
     unset, also when `--env` set them)."""
-    from hpclab.host import find_mpiexec
+    from hpclab.cluster.host import find_mpiexec
 
     cmd = [find_mpiexec(), "-n", str(ranks), sys.executable, str(script), *map(str, args)]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
@@ -388,7 +388,7 @@ class Suite:
     # -- labs ---------------------------------------------------------------------------------
     def lab(self, workers: int):
         from hpclab import Lab
-        from hpclab.errors import LabError
+        from hpclab.core.errors import LabError
 
         if workers not in self.labs:
             if self.exclusive:
@@ -514,7 +514,7 @@ class Suite:
             "horovod_env": hv,
             "horovod_env_note": (
                 "every arm ran with this Horovod environment (the engine's, from the RunConfig "
-                "defaults via hpclab.launch.horovod_env); `cross_check` has B and C once more with "
+                "defaults via hpclab.cluster.launch.horovod_env); `cross_check` has B and C once more with "
                 "Horovod's own defaults (HOROVOD_CYCLE_TIME / HOROVOD_FUSION_THRESHOLD unset)"
             ),
             "metric": (
@@ -983,7 +983,7 @@ def main(argv=None) -> int:
         metavar="KEY=VALUE",
         help="environment for the engines and the plain scripts (what-if runs; recorded in the "
         "results). HOROVOD_CYCLE_TIME / HOROVOD_FUSION_THRESHOLD are not taken from here: every "
-        "arm gets the RunConfig's (hpclab.launch.horovod_env), the `horovod` section varies them",
+        "arm gets the RunConfig's (hpclab.cluster.launch.horovod_env), the `horovod` section varies them",
     )
     p.add_argument(
         "--out",

@@ -5,18 +5,18 @@ live, and record, compare and sweep runs. Importing hpclab does not import Tenso
 engines do (everything that runs on a rank lives in :mod:`hpclab.rank`).
 """
 
-from hpclab.config import RunConfig
-from hpclab.errors import ConfigError, HpclabError, LabError, RunFailed
-from hpclab.runs import RunRecord, list_runs, load_run
+from hpclab.core.config import RunConfig
+from hpclab.core.errors import ConfigError, HpclabError, LabError, RunFailed
+from hpclab.records.store import RunRecord, list_runs, load_run
 
 __version__ = "0.1.0"
 
 _LAZY = {  # name -> module: ipyparallel and plotly load only when used
-    "Lab": "hpclab.lab",
-    "Run": "hpclab.run",
-    "find_mpiexec": "hpclab.host",
-    "compare": "hpclab.views.comparison",
-    "write_report": "hpclab.views.report",
+    "Lab": "hpclab.cluster.lab",
+    "Run": "hpclab.cluster.run",
+    "find_mpiexec": "hpclab.cluster.host",
+    "compare": "hpclab.views.charts.comparison",
+    "write_report": "hpclab.views.charts.report",
 }
 
 

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # `make demo`: 2 workers on MNIST-1D: batch size vs learning-rate rule, and the learning-rate window
 # of momentum SGD vs LARS at the largest batch. One self-contained HTML report opens with what the
-# runs show, in sentences computed from their numbers (hpclab/views/lessons.py).
+# runs show, in sentences computed from their numbers (hpclab/views/charts/lessons.py).
 #
-# Every run starts from the workshop preset (hpclab.presets: MNIST-1D, 40,960 samples, the 1-D CNN,
+# Every run starts from the workshop preset (hpclab.core.presets: MNIST-1D, 40,960 samples, the 1-D CNN,
 # momentum 0.9, base_lr 0.05 tuned at global batch 64) with 10 epochs, a 2-epoch warm-up from
 # peak x 64/B up to the peak, then polynomial (power 2) decay as in the LARS paper.
 #   sweep 1  momentum SGD, lr not scaled vs linear scaling (Goyal et al. 2017), per worker 64,

@@ -16,8 +16,8 @@ import pytest
 
 def _mpi_stack_missing() -> str | None:
     """Why real MPI engines with Horovod cannot run here, or None. Imports no TensorFlow."""
-    from hpclab.errors import LabError
-    from hpclab.host import find_mpiexec
+    from hpclab.cluster.host import find_mpiexec
+    from hpclab.core.errors import LabError
 
     spec = importlib.util.find_spec("horovod")
     if spec is None or not spec.submodule_search_locations:

@@ -10,7 +10,7 @@ is derived from a real :class:`RunConfig`, so tests can work out what to expect 
 * history rows are spread evenly over the steps the epochs cover, with time_s in proportion;
 * the global throughput is `samples_per_sec` everywhere (rows, epochs and summary).
 
-:class:`FakeRun` is the part of :class:`hpclab.run.Run` the live dashboard uses: DataFrames that
+:class:`FakeRun` is the part of :class:`hpclab.cluster.run.Run` the live dashboard uses: DataFrames that
 grow, ``on_update`` callbacks, ``status`` and ``done``.
 
 Tests import it as ``from fakes import write_run`` (pytest puts tests/ on sys.path).
@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from hpclab.config import RunConfig
-from hpclab.runs import RunStore
+from hpclab.core.config import RunConfig
+from hpclab.records.store import RunStore
 
 VERSIONS = {"tensorflow": "2.15.1", "horovod": "0.28.1"}
 STARTUP_S = 4.0  # wall time before the training loop (engines, data, first trace)
@@ -232,7 +232,7 @@ def write_run(
 
 
 class FakeRun:
-    """The part of hpclab.run.Run the dashboard uses; rows arrive when the test publishes them
+    """The part of hpclab.cluster.run.Run the dashboard uses; rows arrive when the test publishes them
     (from any thread), and every publish calls the registered callbacks like the monitor does."""
 
     def __init__(self, workers: int = 2, rows: int = 120, config: RunConfig | None = None):

@@ -1,4 +1,4 @@
-"""The input lesson's augmentation (hpclab/rank/augment.py) and where the feed applies it:
+"""The input lesson's augmentation (hpclab/rank/features/augment.py) and where the feed applies it:
 the cost knob changes the work and not the statistics; online draws afresh every step, offline
 once before training."""
 
@@ -9,7 +9,8 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")
 
-from hpclab.rank import augment, feed  # noqa: E402
+from hpclab.rank import feed  # noqa: E402
+from hpclab.rank.features import augment  # noqa: E402
 
 
 def seed(a: int, b: int):

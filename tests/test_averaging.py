@@ -77,7 +77,7 @@ def test_hybrid_groups_are_synchronous_inside_and_averaged_across_every_h_steps(
                 for r, node in zip(lab.ranks, placement):
                     r["host"] = node
                 caplog.clear()
-                with caplog.at_level(logging.WARNING, logger="hpclab.lab"):
+                with caplog.at_level(logging.WARNING, logger="hpclab.cluster.lab"):
                     lab.ready_for(hybrid)
                 assert ("[[0, 1], [2, 3]] have ranks on more than one node" in caplog.text) == split
         finally:

@@ -95,9 +95,9 @@ def test_paired_ratios_median_spread_efficiency():
 
 
 def test_efficiency_has_one_home():
-    """The suite's E(N) is hpclab.metrics.efficiency itself (tested in tests/test_metrics.py),
+    """The suite's E(N) is hpclab.core.metrics.efficiency itself (tested in tests/test_metrics.py),
     not a second copy that could drift from what the comparison charts show."""
-    from hpclab import metrics
+    from hpclab.core import metrics
 
     assert bl.efficiency is metrics.efficiency
     assert bl.weak_efficiency is metrics.efficiency

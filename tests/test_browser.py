@@ -37,9 +37,9 @@ from browser_util import free_port as _free_port
 from browser_util import need_chromium as _need_chromium
 from browser_util import screenshot as _screenshot
 
-from hpclab.catalog import RATE_WINDOW_S
-from hpclab.pop import PARTS
-from hpclab.views.skeleton import PANELS
+from hpclab.core.catalog import RATE_WINDOW_S
+from hpclab.core.pop import PARTS
+from hpclab.views.charts.skeleton import PANELS
 
 pytestmark = [pytest.mark.browser, pytest.mark.mpi, pytest.mark.slow]
 
@@ -47,9 +47,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # The workshop's run (auto-sized calls, as a student's would be) with far more epochs than the
 # test waits for: it always stops the run, so a slow, shared machine cannot end it first.
-PRESET = "hpclab.presets.WORKSHOP.replace(epochs=200, batch_per_worker=32)"
+PRESET = "hpclab.core.presets.WORKSHOP.replace(epochs=200, batch_per_worker=32)"
 CELLS = [
-    "import hpclab\nfrom hpclab.views.panel import Panel",
+    "import hpclab\nfrom hpclab.views.panel.panel import Panel",
     "lab = hpclab.Lab(workers=2)",
     f"panel = Panel(lab, base={PRESET})\npanel",
 ]
@@ -57,7 +57,7 @@ CELLS = [
 # With a run drawn, the dashboard shows five subplots (before any run plotly draws only the first
 # one's axes, under all five titles); one bare pair of axes means the figure's state was lost.
 SUBPLOTS_JS = "() => document.querySelectorAll('.js-plotly-plot .cartesianlayer .subplot').length"
-# the split panel's stacks: a bar per part per rank (hpclab.views.split)
+# the split panel's stacks: a bar per part per rank (hpclab.views.charts.split)
 BARS_JS = "() => document.querySelectorAll('.hpclab-panel .js-plotly-plot .barlayer .point').length"
 # The dashboard's width over the notebook cell's, and the global throughput line's y values.
 WIDTH_JS = """() => {

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from fakes import write_run
 
-from hpclab.config import RunConfig
-from hpclab.runs import load_run
+from hpclab.core.config import RunConfig
+from hpclab.records.store import load_run
 from hpclab.tools import cli, cli_fields
 
 REPO = Path(__file__).resolve().parents[1]
@@ -406,7 +406,7 @@ def test_runs_and_report_skip_damaged_run_files_with_one_line_each(tmp_path, cap
     assert cli.main(["runs", "--runs-dir", str(root)]) == 0
     out = capsys.readouterr().out
     assert all(g.name in out for g in good) and "2 run(s)" in out
-    said = [r.getMessage() for r in caplog.records if r.name == "hpclab.runs"]
+    said = [r.getMessage() for r in caplog.records if r.name == "hpclab.records.store"]
     assert len(said) == len(bad) and all(any(str(b) in s for s in said) for b in bad), said
     report = tmp_path / "r.html"
     assert cli.main(["report", str(root), "-o", str(report)]) == 0
@@ -422,8 +422,8 @@ def test_runs_and_report_skip_damaged_run_files_with_one_line_each(tmp_path, cap
 
 
 def test_sweep_resume_and_load_run_on_damaged_records(tmp_path, caplog):
-    from hpclab.errors import RecordError
-    from hpclab.runs import find_finished, load_run
+    from hpclab.core.errors import RecordError
+    from hpclab.records.store import find_finished, load_run
 
     root, good, bad = _runs_root_with_damage(tmp_path)
     cfg = load_run(good[0]).meta["config"]

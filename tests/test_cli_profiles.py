@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from hpclab.errors import ConfigError
-from hpclab.profiles import parse
+from hpclab.cluster.profiles import parse
+from hpclab.core.errors import ConfigError
 from hpclab.tools import cli, cli_profiles, doctor_profile
 
 GPU = """

@@ -1,12 +1,12 @@
-"""The allreduce size sweep on real ranks (hpclab/comm_probe.py, hpclab/rank/collectives.py):
+"""The allreduce size sweep on real ranks (hpclab/studies/comm_probe.py, hpclab/rank/probes/collectives.py):
 small messages are latency-bound, large ones bandwidth-bound — the curve behind tensor fusion."""
 
 from __future__ import annotations
 
 import pytest
 
-from hpclab import comm_probe
-from hpclab.errors import ConfigError
+from hpclab.core.errors import ConfigError
+from hpclab.studies import comm_probe
 
 
 @pytest.mark.mpi

@@ -13,12 +13,17 @@ import pandas as pd
 import pytest
 from fakes import write_run
 
-from hpclab.runs import load_run
-from hpclab.views.batch_charts import accuracy_vs_batch, steps_to_target_chart
-from hpclab.views.comparison import Comparison, compare
-from hpclab.views.facts import run_facts
-from hpclab.views.outcomes import default_target, evaluations, steps_to_target, time_to_target
-from hpclab.views.scaling_charts import scaling_efficiency, scaling_series
+from hpclab.records.store import load_run
+from hpclab.views.charts.batch_charts import accuracy_vs_batch, steps_to_target_chart
+from hpclab.views.charts.comparison import Comparison, compare
+from hpclab.views.charts.facts import run_facts
+from hpclab.views.charts.outcomes import (
+    default_target,
+    evaluations,
+    steps_to_target,
+    time_to_target,
+)
+from hpclab.views.charts.scaling_charts import scaling_efficiency, scaling_series
 
 SAMPLES = 20_000  # MNIST-1D samples generated for these runs
 TRAIN = 16_000  # 20 % of them are held out for validation
@@ -173,7 +178,7 @@ def test_compare_table_from_paths(sweep):
 def test_compare_accepts_records_and_live_runs(sweep):
     rec = load_run(sweep["b64"])
 
-    class LiveRun:  # hpclab.run.Run offers record() for a snapshot
+    class LiveRun:  # hpclab.cluster.run.Run offers record() for a snapshot
         def record(self):
             return load_run(sweep["b128"])
 
@@ -352,7 +357,7 @@ def test_engine_settings_split_scaling_series(tmp_path, field, values):
 
 
 def test_comparison_module_keeps_the_chart_names_notebooks_import():
-    from hpclab.views import batch_charts, comparison, scaling_charts
+    from hpclab.views.charts import batch_charts, comparison, scaling_charts
 
     assert comparison.steps_to_target_chart is batch_charts.steps_to_target_chart
     assert comparison.accuracy_vs_batch is batch_charts.accuracy_vs_batch

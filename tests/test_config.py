@@ -6,7 +6,7 @@ import math
 import pytest
 
 from hpclab import ConfigError, RunConfig
-from hpclab.lab import Lab
+from hpclab.cluster.lab import Lab
 
 # (field, bad value, words the message must contain besides the field and value)
 BAD = [
@@ -187,7 +187,7 @@ def test_label_names_the_knobs():
 
 
 def test_a_step_bomb_and_a_publish_flood_are_refused_with_their_limits():
-    from hpclab.catalog import MAX_TOTAL_STEPS, MIN_PUBLISH_EVERY_S
+    from hpclab.core.catalog import MAX_TOTAL_STEPS, MIN_PUBLISH_EVERY_S
 
     bomb = RunConfig(num_samples=10_000_000, batch_per_worker=1, epochs=10_000)
     with pytest.raises(ConfigError, match=f"at most {MAX_TOTAL_STEPS:,} are allowed"):

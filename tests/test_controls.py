@@ -1,4 +1,4 @@
-"""The control panel (hpclab/views/panel.py, panel_widgets.py, panel_text.py).
+"""The control panel (hpclab/views/panel/panel.py, panel_widgets.py, panel_text.py).
 
 Fast tests use the panel's deliberate preview mode (`Panel(None, workers=2)`: every knob and
 derived number works, Run stays disabled) and need neither engines nor TensorFlow; the status
@@ -14,9 +14,9 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
-from hpclab.config import ConfigError, RunConfig
-from hpclab.views.panel import KNOBS, PRECISION_HINT, Panel, models_for
-from hpclab.views.panel_text import plain_text, status_html, status_line
+from hpclab.core.config import ConfigError, RunConfig
+from hpclab.views.panel.panel import KNOBS, PRECISION_HINT, Panel, models_for
+from hpclab.views.panel.text import plain_text, status_html, status_line
 
 SMALL = RunConfig(num_samples=4000, epochs=2)
 
@@ -201,7 +201,7 @@ def test_panel_without_dashboard_is_just_the_controls():
 def test_the_time_section_sets_the_lessons_of_notebooks_06_and_07(preview):
     """A straggler, uneven batches, rank-0 validation, online augmentation, shards by label and
     a timeline of 100 steps, all from the folded "where the time goes" section."""
-    from hpclab.views.panel_widgets import TIME_KNOBS
+    from hpclab.views.panel.widgets import TIME_KNOBS
 
     section = next(c for c in preview.widget.children if "hpclab-time-section" in c._dom_classes)
     assert section.selected_index is None  # folded until opened: the main knobs stay in front
@@ -221,7 +221,7 @@ def test_the_advanced_section_sets_model_averaging_and_a_bit_flip_with_rollback(
     """Hybrid groups (2 groups of the 2 ranks: local SGD) averaged every 8 steps, bit 30 of layer 1's weights on rank 1 at step 20, the detector
     at 3x with rollback, all from the folded "beyond synchronous SGD" section; a flip on a rank
     the run does not have, or rollback without the detector, shows the config's own sentence."""
-    from hpclab.views.panel_widgets import ADVANCED_KNOBS
+    from hpclab.views.panel.widgets import ADVANCED_KNOBS
 
     section = next(
         c for c in preview.widget.children if "hpclab-advanced-section" in c._dom_classes
@@ -362,7 +362,9 @@ def test_run_and_stop_buttons_drive_a_real_run(lab, caplog):
     assert not w["run"].disabled and w["stop"].disabled
     # the panel and dashboard kept up: no on_update callback raised
     assert run.callback_errors == 0 and second.callback_errors == 0
-    assert not [r for r in caplog.records if r.name == "hpclab.run" and r.levelno >= logging.ERROR]
+    assert not [
+        r for r in caplog.records if r.name == "hpclab.cluster.run" and r.levelno >= logging.ERROR
+    ]
 
 
 @pytest.mark.mpi

@@ -6,7 +6,7 @@ import threading
 import numpy as np
 import pytest
 
-from hpclab.config import RunConfig
+from hpclab.core.config import RunConfig
 from hpclab.rank import data
 
 

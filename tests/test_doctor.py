@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from hpclab import host
+from hpclab.cluster import host
 from hpclab.tools import cli, doctor
 
 

@@ -10,10 +10,10 @@ import pandas as pd
 import pytest
 
 from hpclab import RunConfig, RunFailed, load_run
-from hpclab.engines import STOP_BOUND_S
-from hpclab.lab import LabError
+from hpclab.cluster.engines import STOP_BOUND_S
+from hpclab.cluster.lab import LabError
+from hpclab.cluster.watchdog import HANG_S
 from hpclab.rank.heartbeat import EVERY_S as HEARTBEAT_S
-from hpclab.watchdog import HANG_S
 
 pytestmark = [pytest.mark.mpi, pytest.mark.slow]
 

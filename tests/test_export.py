@@ -14,10 +14,10 @@ import pandas as pd
 import pytest
 from fakes import write_run
 
-from hpclab.export import flat
-from hpclab.runs import load_run
-from hpclab.views.comparison import compare
-from hpclab.views.report import render_report
+from hpclab.records.export import flat
+from hpclab.records.store import load_run
+from hpclab.views.charts.comparison import compare
+from hpclab.views.charts.report import render_report
 
 
 def test_list_columns_become_one_column_per_rank():

@@ -18,8 +18,8 @@ hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from hpclab.config import RunConfig, field_names  # noqa: E402
-from hpclab.errors import ConfigError  # noqa: E402
+from hpclab.core.config import RunConfig, field_names  # noqa: E402
+from hpclab.core.errors import ConfigError  # noqa: E402
 from hpclab.tools import cli, cli_fields  # noqa: E402
 
 FAST = settings(

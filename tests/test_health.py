@@ -11,7 +11,7 @@ import math
 
 import pytest
 
-from hpclab import health
+from hpclab.core import health
 
 LN10 = math.log(10)  # the cross-entropy of a uniform guess over 10 classes: 2.303
 

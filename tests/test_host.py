@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from hpclab.errors import LabError
-from hpclab.host import find_mpiexec
+from hpclab.cluster.host import find_mpiexec
+from hpclab.core.errors import LabError
 
 
 def fake_exe(path: Path, mode: int = 0o755) -> Path:

@@ -1,4 +1,4 @@
-"""hpclab.lab.Lab: argument checks, and the lifecycle of real MPI engines (hpclab/lab.py, run.py).
+"""hpclab.cluster.lab.Lab: argument checks, and the lifecycle of real MPI engines (hpclab/cluster/lab.py, cluster/run.py).
 
 Argument checks and the run handle's logging need no engines. The `mpi` tests start their own
 labs (the shared `lab2` fixture must stay up for the other tests), each with one or two workers
@@ -25,13 +25,13 @@ from pathlib import Path
 import psutil
 import pytest
 
-from hpclab.catalog import MAX_THREADS_PER_WORKER, MAX_WORKERS
-from hpclab.config import RunConfig
-from hpclab.errors import ConfigError, LabError, RunFailed
-from hpclab.lab import Lab
-from hpclab.run import Run
-from hpclab.runs import RunStore
-from hpclab.views.panel import Panel
+from hpclab.cluster.lab import Lab
+from hpclab.cluster.run import Run
+from hpclab.core.catalog import MAX_THREADS_PER_WORKER, MAX_WORKERS
+from hpclab.core.config import RunConfig
+from hpclab.core.errors import ConfigError, LabError, RunFailed
+from hpclab.records.store import RunStore
+from hpclab.views.panel.panel import Panel
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -133,7 +133,7 @@ def test_a_failing_on_update_callback_is_logged_once_not_printed(tmp_path, caplo
     assert run.callback_errors == 2  # new rows, then the end
     failures = failures()
     assert [r.levelno for r in failures] == [logging.ERROR, logging.DEBUG]  # shown once
-    assert failures[0].name == "hpclab.run" and failures[0].exc_info[0] is KeyError
+    assert failures[0].name == "hpclab.cluster.run" and failures[0].exc_info[0] is KeyError
     assert "broken_chart" in failures[0].getMessage()
     assert run.run_id in failures[0].getMessage()
     assert capsys.readouterr() == ("", "")  # nothing printed into the cell
@@ -247,7 +247,7 @@ def test_a_controller_whose_heart_is_silent_is_replaced_once(tmp_path, monkeypat
     monkeypatch.setattr(ipp.Cluster, "start_controller", start_controller_then_stop_its_heart)
     before = our_children()
     t0 = time.perf_counter()
-    with caplog.at_level(logging.WARNING, logger="hpclab.engines"):
+    with caplog.at_level(logging.WARNING, logger="hpclab.cluster.engines"):
         with Lab(workers=2, runs_dir=tmp_path, verbose=False) as lab:
             took = time.perf_counter() - t0
             (silent, silent_id), *_ = first
@@ -283,7 +283,7 @@ def test_horovod_settings_reach_the_engines_and_a_change_restarts_them(tmp_path,
         }  # fmt: skip
         before = rank_pids(lab)
         cfg = RunConfig(num_samples=4000, max_steps=4, hvd_cycle_time_ms=2.0, hvd_fusion_mb=0.0)
-        with caplog.at_level(logging.WARNING, logger="hpclab.lab"):
+        with caplog.at_level(logging.WARNING, logger="hpclab.cluster.lab"):
             run = lab.run(cfg)
             run.wait(timeout=300)
         assert "restarting the engines for Horovod cycle time 2 ms" in caplog.text
@@ -326,7 +326,9 @@ def test_lost_engines_restart_fresh_with_a_logged_warning_and_an_exception_tears
                 for r in caplog.records
                 if r.name.startswith("hpclab") and r.levelno >= logging.WARNING
             ]
-            assert [r.name for r in warnings] == ["hpclab.lab"], caplog.text  # the abort is quiet
+            assert [r.name for r in warnings] == ["hpclab.cluster.lab"], (
+                caplog.text
+            )  # the abort is quiet
             assert "previous engines were lost" in warnings[0].getMessage()
             assert "rank 0" in warnings[0].getMessage()  # says why
             assert lab.healthy and lab.lost is None
@@ -383,8 +385,8 @@ def _lab_script(tmp_path, ending: str) -> str:
 
 @pytest.mark.mpi
 def test_a_client_killed_by_sigkill_leaves_no_engines_and_its_run_reads_abandoned(tmp_path):
-    from hpclab import reaper
-    from hpclab.runs import list_runs
+    from hpclab.cluster import reaper
+    from hpclab.records.store import list_runs
 
     proc = subprocess.Popen(
         [sys.executable, "-c", _lab_script(tmp_path, "time.sleep(600)")],
@@ -408,7 +410,7 @@ def test_a_client_killed_by_sigkill_leaves_no_engines_and_its_run_reads_abandone
 
 @pytest.mark.mpi
 def test_a_script_that_returns_mid_run_records_the_run_as_stopped(tmp_path):
-    from hpclab.runs import load_run
+    from hpclab.records.store import load_run
 
     t0 = time.perf_counter()
     proc = subprocess.run(
@@ -427,7 +429,7 @@ def test_a_script_that_returns_mid_run_records_the_run_as_stopped(tmp_path):
 
 @pytest.mark.mpi
 def test_stop_with_a_rank_stopped_while_idle_is_bounded_and_leaves_nothing(tmp_path):
-    from hpclab.engines import STOP_BOUND_S
+    from hpclab.cluster.engines import STOP_BOUND_S
 
     before = our_children()
     lab = Lab(workers=2, runs_dir=tmp_path, verbose=False)
@@ -448,7 +450,7 @@ def test_a_kernel_shut_down_as_jupyter_does_records_its_run_as_stopped(tmp_path)
     default settings: a shutdown request, 5 s of grace (shutdown_wait_time), then SIGKILL."""
     from jupyter_client.manager import KernelManager
 
-    from hpclab.runs import list_runs
+    from hpclab.records.store import list_runs
 
     km = KernelManager(kernel_name="python3")
     assert km.shutdown_wait_time == 5.0  # the default a JupyterLab server uses

@@ -1,4 +1,4 @@
-"""Launch planning (hpclab.launch.plan_launch): every mode and profile field, without Slurm."""
+"""Launch planning (hpclab.cluster.launch.plan_launch): every mode and profile field, without Slurm."""
 
 from __future__ import annotations
 
@@ -6,12 +6,12 @@ import shlex
 
 import pytest
 
-from hpclab.config import RunConfig
-from hpclab.errors import ConfigError
-from hpclab.launch import engine_settings, horovod_env, plan_launch
-from hpclab.profiles import BUILTIN, parse
-from hpclab.rank.groups import ENV as GROUPS_ENV
-from hpclab.rank.groups import across_nodes, members
+from hpclab.cluster.launch import engine_settings, horovod_env, plan_launch
+from hpclab.cluster.profiles import BUILTIN, parse
+from hpclab.core.config import RunConfig
+from hpclab.core.errors import ConfigError
+from hpclab.rank.features.groups import ENV as GROUPS_ENV
+from hpclab.rank.features.groups import across_nodes, members
 
 ALLOC = {"SLURM_JOB_ID": "42", "SLURM_JOB_CPUS_PER_NODE": "8", "SLURM_JOB_NUM_NODES": "1"}
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from fakes import write_run
 
-from hpclab.runs import load_run
-from hpclab.views.lessons import WINDOW_TAG, findings
-from hpclab.views.report import render_report
+from hpclab.records.store import load_run
+from hpclab.views.charts.lessons import WINDOW_TAG, findings
+from hpclab.views.charts.report import render_report
 
 BASE = dict(num_samples=20000, base_lr=0.05, base_batch=64, momentum=0.9)
 

@@ -21,12 +21,12 @@ import pandas as pd
 import pytest
 from fakes import FakeRun, make_history, write_run
 
-from hpclab.config import RunConfig
-from hpclab.errors import ConfigError
-from hpclab.runs import RunStore, load_run
-from hpclab.views.facts import ema, run_facts
-from hpclab.views.live import DEFAULT_SMOOTHING, Dashboard
-from hpclab.views.traces import IDEAL_NOTE, figure, trace_specs
+from hpclab.core.config import RunConfig
+from hpclab.core.errors import ConfigError
+from hpclab.records.store import RunStore, load_run
+from hpclab.views.charts.facts import ema, run_facts
+from hpclab.views.charts.traces import IDEAL_NOTE, figure, trace_specs
+from hpclab.views.panel.live import DEFAULT_SMOOTHING, Dashboard
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -196,7 +196,7 @@ def test_rank_lines_differ_in_dash_and_titles_name_unit_and_x_axis(tmp_path):
 def test_the_split_panel_stacks_each_ranks_parts_and_names_pop_efficiencies(tmp_path):
     """Four ranks of the fake history (rank r computes 6 + 0.5 r ms a step and the others wait
     for rank 3 in the allreduce): a stack per rank, parts in PARTS order, POP's numbers."""
-    from hpclab.pop import PARTS
+    from hpclab.core.pop import PARTS
 
     record = load_run(write_run(tmp_path, workers=4))
     last = record.history.iloc[-1]
@@ -350,7 +350,7 @@ def test_trailing_redraw_delivers_rows_that_arrive_during_the_quiet_interval():
 
 
 def test_static_figure_shares_the_trace_code(tmp_path):
-    from hpclab.pop import PARTS
+    from hpclab.core.pop import PARTS
 
     a = load_run(write_run(tmp_path, workers=2, name="a"))
     b = load_run(write_run(tmp_path, workers=4, name="b"))
@@ -387,10 +387,10 @@ STATIC_VIEWS = (
 def test_views_import_fast_and_static_charts_never_import_the_widget():
     code = (
         "import sys, time; t = time.time();"
-        + "".join(f"import hpclab.views.{m};" for m in STATIC_VIEWS)
+        + "".join(f"import hpclab.views.charts.{m};" for m in STATIC_VIEWS)
         + "bad = [m for m in ('tensorflow', 'horovod', 'ipyparallel', 'ipywidgets',"
-        " 'hpclab.views.live') if m in sys.modules]; assert not bad, bad;"
-        "import hpclab.views.live; dt = time.time() - t;"
+        " 'hpclab.views.panel.live') if m in sys.modules]; assert not bad, bad;"
+        "import hpclab.views.panel.live; dt = time.time() - t;"
         "bad = [m for m in ('tensorflow', 'horovod', 'ipyparallel', 'ipywidgets') if m in sys.modules];"
         "print(bad, dt); assert not bad, bad; assert dt < 3, dt"
     )
@@ -400,7 +400,7 @@ def test_views_import_fast_and_static_charts_never_import_the_widget():
 def test_each_chart_has_its_own_legend_inside_its_panel(tmp_path):
     import plotly.graph_objects as go
 
-    from hpclab.views.skeleton import AXES, LEGENDS, skeleton
+    from hpclab.views.charts.skeleton import AXES, LEGENDS, skeleton
 
     fig = skeleton(go.Figure, "", "step")
     assert fig.layout.autosize is True  # as wide as the cell or page

@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from hpclab.metrics import NoiseScale
+from hpclab.core.metrics import NoiseScale
 from hpclab.rank.meters import (
     DECISIONS,
     DETAIL,
@@ -252,7 +252,7 @@ def test_throughput_is_taken_over_at_least_a_second_of_training():
 
 def test_the_time_split_and_pop_efficiencies_of_a_window_with_a_straggler():
     """Rank 1 computes 30 ms a step, rank 0 20 ms and waits 10 ms more in the allreduce: the
-    columns give every part per rank, and POP's numbers follow from them (hpclab.pop)."""
+    columns give every part per rank, and POP's numbers follow from them (hpclab.core.pop)."""
     steps = 100
     per_step = {  # seconds per step on (rank 0, rank 1)
         "input_s": (0.001, 0.001),

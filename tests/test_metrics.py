@@ -1,4 +1,4 @@
-"""hpclab.metrics: throughput statistics, scaling efficiency and the gradient-noise-scale estimator
+"""hpclab.core.metrics: throughput statistics, scaling efficiency and the gradient-noise-scale estimator
 (fast: no TF, no MPI).
 
 References:
@@ -22,8 +22,8 @@ import statistics
 import numpy as np
 import pytest
 
-from hpclab import metrics
-from hpclab.metrics import NoiseScale, Throughput, noise_components, throughput_stats
+from hpclab.core import metrics
+from hpclab.core.metrics import NoiseScale, Throughput, noise_components, throughput_stats
 
 # -- throughput ----------------------------------------------------------------------------------
 

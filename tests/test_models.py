@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from hpclab.config import RunConfig
+from hpclab.core.config import RunConfig
 from hpclab.rank.models import build_model
 from hpclab.rank.optimizers import build_optimizer, set_precision
 

@@ -5,7 +5,7 @@ appendix A: B_simple = tr Σ / |G|², estimated from squared gradient norms at t
 
 The known answer: softmax regression (model ``linear``) at its zero initialisation on
 class-conditional Gaussians (data set ``blobs``), where |G|² and tr Σ are a closed form
-(:func:`hpclab.metrics.softmax_zero_noise_components`). The chain of checks:
+(:func:`hpclab.core.metrics.softmax_zero_noise_components`). The chain of checks:
 
 1. the closed form equals the moments of per-sample gradients that TensorFlow computes for the
    ``linear`` model with the trainer's loss (the derivation is right);
@@ -21,9 +21,9 @@ import time
 import numpy as np
 import pytest
 
-from hpclab.catalog import DATASETS, MODELS, NUM_CLASSES, models_for
-from hpclab.config import RunConfig
-from hpclab.metrics import (
+from hpclab.core.catalog import DATASETS, MODELS, NUM_CLASSES, models_for
+from hpclab.core.config import RunConfig
+from hpclab.core.metrics import (
     NoiseScale,
     noise_components,
     softmax_zero_noise_components,

@@ -55,7 +55,7 @@ def _claim_06(runs_dir: Path) -> str:
     the notebook's own Amdahl sweep below the sharded one; small allreduces are latency-bound,
     large ones bandwidth-bound."""
     from hpclab import load_run
-    from hpclab.views.scaling_charts import scaling_series
+    from hpclab.views.charts.scaling_charts import scaling_series
 
     records = [load_run(p.parent) for p in sorted(runs_dir.glob("*/config.json"))]
     lb = {
@@ -143,7 +143,7 @@ def _claim_08(runs_dir: Path) -> str:
     import pandas as pd
 
     from hpclab import load_run
-    from hpclab.sdc import failure_rates
+    from hpclab.studies.sdc import failure_rates
 
     runs = [load_run(p.parent) for p in sorted(runs_dir.glob("*/config.json"))]
     by = {(r.config["sdc_target"], r.config["sdc_bit"], r.config["rollback"]): r for r in runs}
@@ -177,7 +177,7 @@ def _claim_09(runs_dir: Path) -> str:
     SGD's; on shards sorted by label synchronous SGD still trains, local SGD with H = 16 falls
     clearly behind it, and two synchronous groups averaged every 16 steps land in between."""
     from hpclab import load_run
-    from hpclab.views.comparison import compare
+    from hpclab.views.charts.comparison import compare
 
     runs = {
         r.config["name"]: r for r in (load_run(p.parent) for p in runs_dir.glob("*/config.json"))

@@ -1,7 +1,7 @@
 """LARS, LAMB, TableSchedule, build_optimizer and set_precision (real TF on CPU, no MPI).
 
 The TensorFlow optimizers are checked step by step against the NumPy references in
-hpclab.scaling (lars_update_reference, lamb_update_reference).
+hpclab.core.scaling (lars_update_reference, lamb_update_reference).
 """
 
 import math
@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from hpclab import scaling
-from hpclab.config import RunConfig
+from hpclab.core import scaling
+from hpclab.core.config import RunConfig
 from hpclab.rank.optimizers import (
     DEFAULT_EXCLUDE,
     LAMB,

@@ -1,11 +1,11 @@
-"""POP's efficiencies and the straggler's arithmetic (hpclab.pop): NumPy only."""
+"""POP's efficiencies and the straggler's arithmetic (hpclab.core.pop): NumPy only."""
 
 import math
 
 import numpy as np
 import pytest
 
-from hpclab.pop import PARTS, USEFUL, efficiencies, split, straggler_factor
+from hpclab.core.pop import PARTS, USEFUL, efficiencies, split, straggler_factor
 
 
 def parts(**per_rank) -> dict:

@@ -1,14 +1,14 @@
-"""hpclab.presets: the named starting points the notebooks, the panel, the CLI and the demo share."""
+"""hpclab.core.presets: the named starting points the notebooks, the panel, the CLI and the demo share."""
 
 from __future__ import annotations
 
 import pytest
 
 from hpclab import RunConfig
-from hpclab.errors import ConfigError
-from hpclab.presets import CLUSTER_GPU, PRESETS, QUICK, WORKSHOP, preset
+from hpclab.core.errors import ConfigError
+from hpclab.core.presets import CLUSTER_GPU, PRESETS, QUICK, WORKSHOP, preset
 from hpclab.tools import cli, cli_fields
-from hpclab.views.panel import Panel
+from hpclab.views.panel.panel import Panel
 
 
 def test_the_workshop_preset_is_runconfigs_defaults_with_a_power_of_two_epoch():

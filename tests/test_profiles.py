@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from hpclab import profiles
-from hpclab.errors import ConfigError
-from hpclab.profiles import BUILTIN, Profile, parse, resolve
+from hpclab.cluster import profiles
+from hpclab.cluster.profiles import BUILTIN, Profile, parse, resolve
+from hpclab.core.errors import ConfigError
 
 FULL = """
 [cluster]

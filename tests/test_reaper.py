@@ -1,4 +1,4 @@
-"""hpclab.reaper on real processes (sleepers standing in for a client, a controller, engines)."""
+"""hpclab.cluster.reaper on real processes (sleepers standing in for a client, a controller, engines)."""
 
 import subprocess
 import sys
@@ -6,7 +6,7 @@ import time
 
 import psutil
 
-from hpclab import reaper
+from hpclab.cluster import reaper
 
 
 def _sleeper(*extra) -> psutil.Process:

@@ -12,8 +12,8 @@ import plotly.offline
 import pytest
 from fakes import write_run
 
-from hpclab.runs import load_run
-from hpclab.views.report import write_report
+from hpclab.records.store import load_run
+from hpclab.views.charts.report import write_report
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""hpclab.runs and hpclab.jsonio: the run store on disk (fast: no TF, no MPI, no engines).
+"""hpclab.records.store and hpclab.records.jsonio: the run store on disk (fast: no TF, no MPI, no engines).
 
 Run records are private by default (files 0600 in 0700 folders, whatever the umask), group-
 readable with HPCLAB_SHARE_RUNS=group; a half-written or foreign file is skipped by listings
@@ -18,9 +18,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from hpclab import jsonio
-from hpclab.config import RunConfig
-from hpclab.runs import (
+from hpclab.core.config import RunConfig
+from hpclab.records import jsonio
+from hpclab.records.store import (
     STOP_FILE,
     RunRecord,
     RunStore,
@@ -247,7 +247,7 @@ def test_a_torn_last_history_line_is_skipped(tmp_path):
 def test_a_half_written_summary_is_skipped_with_a_warning_and_named_when_read(tmp_path, caplog):
     """One corrupt summary.json no longer stops list_runs or find_finished (`hpclab runs`,
     `report`, sweep resume): that run is skipped with one warning naming the file."""
-    from hpclab.errors import RecordError
+    from hpclab.core.errors import RecordError
 
     bad = _store(tmp_path, run_id="a-bad")
     (bad.path / "summary.json").write_text('{"status": "fini', encoding="utf-8")
@@ -259,7 +259,7 @@ def test_a_half_written_summary_is_skipped_with_a_warning_and_named_when_read(tm
     # the corrupt folder comes first in name order and matches: it is read past, not a result
     assert find_finished(tmp_path, CFG.to_dict(), 2) == good.path
     assert find_finished(tmp_path, CFG.to_dict(), 4) is None
-    warned = [r.getMessage() for r in caplog.records if r.name == "hpclab.runs"]
+    warned = [r.getMessage() for r in caplog.records if r.name == "hpclab.records.store"]
     assert len(warned) == 3 and all(str(bad.path / "summary.json") in w for w in warned)  # per call
     assert load_run(good.path).status == "finished"
 
@@ -319,7 +319,7 @@ def test_a_run_whose_client_is_gone_reads_abandoned(tmp_path):
     import subprocess
     import sys
 
-    from hpclab.runs import list_runs, unfinished_status
+    from hpclab.records.store import list_runs, unfinished_status
 
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()  # a process of this host that has exited (its pid is free)

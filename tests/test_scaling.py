@@ -1,4 +1,4 @@
-"""hpclab.scaling: LR rules, the warm-up schedule and LARS reference math (fast: no TF, no MPI).
+"""hpclab.core.scaling: LR rules, the warm-up schedule and LARS reference math (fast: no TF, no MPI).
 
 Expected values come from the papers' formulas evaluated here on independent inputs, never
 copied from the code under test:
@@ -19,9 +19,9 @@ import math
 import numpy as np
 import pytest
 
-from hpclab import scaling
-from hpclab.catalog import LR_SCALINGS
-from hpclab.config import RunConfig
+from hpclab.core import scaling
+from hpclab.core.catalog import LR_SCALINGS
+from hpclab.core.config import RunConfig
 
 # -- LR rules ------------------------------------------------------------------------------------
 

@@ -7,8 +7,8 @@ import pytest
 import tensorflow as tf
 
 from hpclab import ConfigError, RunConfig
+from hpclab.rank.features.sdc import ARM_STEPS, NO_SPIKE, Fault, Guard, flip_bit, mask_int32
 from hpclab.rank.models import build_model
-from hpclab.rank.sdc import ARM_STEPS, NO_SPIKE, Fault, Guard, flip_bit, mask_int32
 
 
 def test_flipping_a_bit_follows_ieee_754_binary32():

@@ -1,4 +1,4 @@
-"""Dataset layouts and what an epoch of one rank costs (hpclab/rank/stores.py): the counts of
+"""Dataset layouts and what an epoch of one rank costs (hpclab/rank/probes/stores.py): the counts of
 the I/O lesson, pinned (issue 14: a small-files store opens one file per sample of a rank and
 epoch, a packed store a constant), and checked against the kernel's own read counter."""
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hpclab.rank import stores
+from hpclab.rank.probes import stores
 
 
 def dataset(n: int, seed: int = 0):
@@ -114,8 +114,8 @@ def test_an_unknown_layout_or_shuffle_is_named(call, field):
 
 @pytest.mark.mpi
 def test_on_real_ranks_files_open_one_per_sample_packed_once_staging_leaves_nothing(lab):
-    from hpclab import io_probe
-    from hpclab.catalog import GENERATED_VALIDATION_FRACTION
+    from hpclab.core.catalog import GENERATED_VALIDATION_FRACTION
+    from hpclab.studies import io_probe
 
     n = 2000
     per_rank = (n - round(n * GENERATED_VALIDATION_FRACTION)) // 2
@@ -135,8 +135,8 @@ def test_on_real_ranks_files_open_one_per_sample_packed_once_staging_leaves_noth
 
 
 def test_probe_arguments_are_checked_before_any_rank_reads():
-    from hpclab import io_probe
-    from hpclab.errors import ConfigError
+    from hpclab.core.errors import ConfigError
+    from hpclab.studies import io_probe
 
     for kwargs, field in [
         ({"layout": "hdf5"}, "layout"),

@@ -1,4 +1,4 @@
-"""hpclab.sweep: the grid (pure), its validation before anything starts, ordering, resuming.
+"""hpclab.records.sweep: the grid (pure), its validation before anything starts, ordering, resuming.
 
 The real sweep (MPI engines, Horovod) runs through the CLI in tests/test_cli.py. Here a small
 stand-in lab records what the sweep asks of it, so ordering, restarts, skipping and failure
@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from hpclab.config import ConfigError, RunConfig
-from hpclab.errors import RunFailed
-from hpclab.runs import RunStore
-from hpclab.sweep import check_staged, describe, expand_grid, plan, run_sweep
+from hpclab.core.config import ConfigError, RunConfig
+from hpclab.core.errors import RunFailed
+from hpclab.records.store import RunStore
+from hpclab.records.sweep import check_staged, describe, expand_grid, plan, run_sweep
 
 BASE = RunConfig(num_samples=4000, epochs=1)
 

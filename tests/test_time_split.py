@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from hpclab import RunConfig
-from hpclab.pop import PARTS
+from hpclab.core.pop import PARTS
 
 pytestmark = [pytest.mark.mpi, pytest.mark.slow]
 
@@ -81,7 +81,7 @@ def test_input_and_compute_are_split_where_the_batch_is_large(lab):
 def test_a_30_percent_straggler_lowers_load_balance_and_shows_in_its_compute(lab):
     """Rank 1 at 70 % speed takes 1/0.7 = 1.43x as long for all its useful work; rank 0 waits
     that out in the allreduce. POP's load balance of two ranks is then (1 + 1.43) / 2 / 1.43 =
-    0.85 (hpclab.pop.straggler_factor), and the run shows it within 0.03.
+    0.85 (hpclab.core.pop.straggler_factor), and the run shows it within 0.03.
 
     Two ranks share two cores with Horovod's polling threads, and now and then one rank runs
     slow for a whole short run (rank 0's compute 40 % above its usual: the run then reads 0.94,
@@ -207,8 +207,8 @@ def test_rank0_validation_evaluates_the_whole_set_on_rank_0(lab):
 def test_a_horovod_timeline_of_n_steps_is_recorded_and_summarised(lab):
     """timeline_steps=60: rank 0 writes Horovod's timeline of 60+ steps into the run folder; its
     summary has the negotiation and the allreduce of the gradient group, per step."""
-    from hpclab.timeline import FILE, read_events
-    from hpclab.views.split import timeline_figure
+    from hpclab.core.timeline import FILE, read_events
+    from hpclab.views.charts.split import timeline_figure
 
     run = lab.run(RunConfig(epochs=1, eval_samples=0, timeline_steps=60))
     summary = run.wait(timeout=600)

@@ -1,10 +1,10 @@
-"""Summarising a Horovod timeline file (hpclab.timeline): json only, no Horovod."""
+"""Summarising a Horovod timeline file (hpclab.core.timeline): json only, no Horovod."""
 
 import json
 
 import pytest
 
-from hpclab.timeline import read_events, summarise
+from hpclab.core.timeline import read_events, summarise
 
 
 def _write(path, events, closed=False, trailing=","):

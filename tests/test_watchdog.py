@@ -1,4 +1,4 @@
-"""The client's reading of rank heartbeats (hpclab.watchdog) and the rank's heartbeat thread
+"""The client's reading of rank heartbeats (hpclab.cluster.watchdog) and the rank's heartbeat thread
 (hpclab.rank.heartbeat), on a clock the test moves; real processes for the process states."""
 
 import os
@@ -10,8 +10,8 @@ import threading
 
 import pytest
 
+from hpclab.cluster.watchdog import Watchdog, process_state
 from hpclab.rank.heartbeat import KEY, Heartbeat
-from hpclab.watchdog import Watchdog, process_state
 
 
 class Clock:

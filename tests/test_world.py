@@ -1,8 +1,8 @@
-"""World validation (hpclab.world.check_world) on identities as ranks report them."""
+"""World validation (hpclab.cluster.world.check_world) on identities as ranks report them."""
 
 from __future__ import annotations
 
-from hpclab.world import check_world
+from hpclab.cluster.world import check_world
 
 
 def ident(rank, size, **kw):

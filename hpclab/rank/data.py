@@ -19,7 +19,7 @@ Datasets (``RunConfig.dataset``):
   ``x | y=c ~ N(mu_c, sigma² I)`` in 40 dimensions (MNIST-1D's length), the means fixed by
   ``seed`` (:func:`blobs_parameters`). With the ``linear`` model at its zero initialisation, the
   true B_simple of McCandlish et al. 2018 is a closed form
-  (:func:`hpclab.metrics.softmax_zero_noise_scale`), so the lab's estimator can be checked
+  (:func:`hpclab.core.metrics.softmax_zero_noise_scale`), so the lab's estimator can be checked
   against it. Generated in memory from ``num_samples`` and ``seed`` (cheap: no cache file).
 
 Race-safety of the MNIST-1D cache: all ranks of a run call :func:`load_arrays` at once. The first
@@ -46,7 +46,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from hpclab.catalog import GENERATED_VALIDATION_FRACTION, NUM_CLASSES, STAGED_DATASETS
+from hpclab.core.catalog import GENERATED_VALIDATION_FRACTION, NUM_CLASSES, STAGED_DATASETS
 
 log = logging.getLogger(__name__)
 

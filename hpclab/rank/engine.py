@@ -1,6 +1,6 @@
 """The entry points the client calls on every MPI rank: set-up, versions, health check, train.
 
-Nothing here is called on the client's own process. `hpclab.lab.Lab` calls :func:`init_worker`
+Nothing here is called on the client's own process. `hpclab.cluster.lab.Lab` calls :func:`init_worker`
 once per engine process, then :func:`train` once per run, with plain dicts only; the run itself
 is :class:`hpclab.rank.trainer.Trainer`. Lines that exist only for distribution say so
 (`# Horovod: ...`), the way Horovod's own examples do.
@@ -13,7 +13,7 @@ import platform
 import time
 from pathlib import Path
 
-from hpclab.rank import groups
+from hpclab.rank.features import groups
 
 _STATE: dict = {}  # per engine process: what init_worker set up (threads can be set only once)
 
@@ -22,7 +22,7 @@ def init_worker(threads: int = 1, probe: tuple[str, str] | None = None) -> dict:
     """Once per engine: CPU threads, GPU pinning, `hvd.init()`. Returns this rank's identity.
 
     `probe` is (path, nonce): the client wrote `nonce` into `path` in the runs folder; whether
-    this rank reads it back is reported as `runs_dir_shared` (hpclab.world checks it)."""
+    this rank reads it back is reported as `runs_dir_shared` (hpclab.cluster.world checks it)."""
     shared = _reads(probe) if probe else True
     if _STATE.get("initialised"):
         return dict(_STATE["identity"], runs_dir_shared=shared)
@@ -38,7 +38,7 @@ def init_worker(threads: int = 1, probe: tuple[str, str] | None = None) -> dict:
     tf.config.threading.set_inter_op_parallelism_threads(max(1, min(2, threads)))
     # Horovod: initialise (MPI controller under mpiexec); HOROVOD_CYCLE_TIME and
     # HOROVOD_FUSION_THRESHOLD come from the engine environment the Lab set, and so do the
-    # synchronous groups of hybrid runs, registered now as process sets (hpclab.rank.groups).
+    # synchronous groups of hybrid runs, registered now as process sets (hpclab.rank.features.groups).
     from mpi4py import MPI
 
     hvd.init(process_sets=groups.at_init(hvd, MPI.COMM_WORLD.Get_size()))

@@ -8,7 +8,7 @@ resident costs nothing; a staged CIFAR-10 shard is 600 MB per rank in float32, s
 the lab's sizes.
 
 * :class:`ResidentShard` — this rank's training shard as tensors, augmented once (``offline``) or
-  every batch (``online``, :mod:`hpclab.rank.augment`); epoch ``e`` visits it in a
+  every batch (``online``, :mod:`hpclab.rank.features.augment`); epoch ``e`` visits it in a
   seeded order (``stateless_shuffle`` of the indices with seed ``(seed·1000003 + rank, e)``:
   different per rank and per epoch, identical on a re-run), and step ``s`` of the epoch takes
   ``order[s·B : (s+1)·B]`` — every sample at most once an epoch, the remainder dropped.
@@ -28,7 +28,7 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from hpclab.rank.augment import augment as augment_batch
+from hpclab.rank.features.augment import augment as augment_batch
 
 SEED_STRIDE = 1_000_003  # seed·stride + rank: distinct shuffle streams per rank and run seed
 

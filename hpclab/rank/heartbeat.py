@@ -4,7 +4,7 @@ Rank 0's telemetry says how far training got, but not who is to blame when it st
 hangs (SIGSTOP, a stuck file system, a deadlocked library) leaves every other rank waiting in the
 next allreduce, and all of them fall silent together. A thread beside the training loop keeps
 beating while its rank merely waits — TensorFlow and Horovod release the GIL in their calls — and
-stops only when the whole process stops. The client (:mod:`hpclab.watchdog`) names the rank whose
+stops only when the whole process stops. The client (:mod:`hpclab.cluster.watchdog`) names the rank whose
 counter stops moving.
 
 The counter goes out through ipyparallel's datapub under its own key (the client merges keys, so
@@ -17,7 +17,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-KEY = "hpclab_heartbeat"  # the datapub key the client reads (hpclab.run)
+KEY = "hpclab_heartbeat"  # the datapub key the client reads (hpclab.cluster.run)
 EVERY_S = 1.0
 
 

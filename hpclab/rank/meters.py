@@ -20,9 +20,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from hpclab import pop
-from hpclab.catalog import RATE_WINDOW_S
-from hpclab.metrics import NoiseScale, throughput_stats
+from hpclab.core import pop
+from hpclab.core.catalog import RATE_WINDOW_S
+from hpclab.core.metrics import NoiseScale, throughput_stats
 
 # Summed over ranks at the end of every call (rank 0 alone sets the decision entries).
 REDUCED = (
@@ -48,7 +48,7 @@ DETAIL = (
     "call_s",  # seconds inside compiled calls (compute, allreduce and the wait for peers)
     "host_s",  # seconds between calls (Python, telemetry, stop polling)
     "steps",  # optimizer steps
-    # inside the calls, timed in the graph (hpclab.rank.step.TIMES; hpclab.pop.PARTS)
+    # inside the calls, timed in the graph (hpclab.rank.step.TIMES; hpclab.core.pop.PARTS)
     "loop_s",
     "input_s",
     "compute_s",
@@ -181,7 +181,7 @@ class WindowMeter:
 def time_columns(detail: np.ndarray) -> dict:
     """Where a window's steps spent their time, from its summed ``[world, DETAIL]`` matrix.
 
-    For every part of :data:`hpclab.pop.PARTS`: ``<part>_ms`` (per step, mean over ranks) and
+    For every part of :data:`hpclab.core.pop.PARTS`: ``<part>_ms`` (per step, mean over ranks) and
     ``rank_<part>_ms`` (per step, one entry per rank); ``step_ms``, the busiest rank's wall clock
     per step with evaluation taken out (an independent clock the parts must add up to); and
     POP's ``load_balance``, ``comm_efficiency`` and ``parallel_efficiency``."""
@@ -272,7 +272,7 @@ class EpochMeter:
         return row
 
     def rollback(self, step: int) -> None:
-        """Every rank restored its state before step ``step`` (hpclab.rank.sdc): the epochs
+        """Every rank restored its state before step ``step`` (hpclab.rank.features.sdc): the epochs
         closed after it are gone (in place: the publisher holds this list) and the open one
         restarts its sums."""
         del self.rows[sum(1 for r in self.rows if r["step"] <= step) :]

@@ -24,7 +24,7 @@ loss stay float32 (TensorFlow mixed-precision guide). Build the model *after* se
 * ``linear``: softmax regression, logits = W x + b on the flattened input, kernel and bias
   initialised to **zero**. At zero weights the softmax is uniform, so the gradient's mean and
   covariance have a closed form on the ``blobs`` data set
-  (:func:`hpclab.metrics.softmax_zero_noise_scale`): the known answer the gradient-noise-scale
+  (:func:`hpclab.core.metrics.softmax_zero_noise_scale`): the known answer the gradient-noise-scale
   estimator is tested against (McCandlish et al. 2018, arXiv:1812.06162).
 
 Seeding: kernels of ``mlp``, ``cnn1d`` and ``resnet20`` use initialisers seeded from ``seed``
@@ -40,7 +40,7 @@ import itertools
 
 import tensorflow as tf
 
-from hpclab.catalog import MODELS
+from hpclab.core.catalog import MODELS
 
 layers = tf.keras.layers
 

@@ -3,15 +3,15 @@
 * ``LARS`` — layer-wise adaptive rate scaling, classic-momentum form (You, Gitman, Ginsburg 2017,
   "Large Batch Training of Convolutional Networks", arXiv:1708.03888; the same update as the
   TensorFlow Model Garden ``official/modeling/optimization/lars_optimizer.py``).
-  Reference math: :func:`hpclab.scaling.lars_update_reference`.
+  Reference math: :func:`hpclab.core.scaling.lars_update_reference`.
 * ``LAMB`` — layer-wise adaptive moments (You et al. 2019, "Large Batch Optimization for Deep
   Learning: Training BERT in 76 minutes", arXiv:1904.00962, Algorithm 2). ``tf.keras`` 2.15 has no
   LAMB built in (TensorFlow Addons had one, and is end-of-life), so this module carries its own.
-  Reference math: :func:`hpclab.scaling.lamb_update_reference`.
+  Reference math: :func:`hpclab.core.scaling.lamb_update_reference`.
 * ``TableSchedule`` — the learning rate for step *s* looked up in the table that
-  :func:`hpclab.scaling.lr_schedule_array` computes, so the LR a run uses is exactly
+  :func:`hpclab.core.scaling.lr_schedule_array` computes, so the LR a run uses is exactly
   ``RunConfig.lr_at(s, workers)`` (warm-up per step, Goyal et al. 2017).
-* ``build_optimizer(cfg, learning_rate)`` — the optimizer a :class:`~hpclab.config.RunConfig` asks
+* ``build_optimizer(cfg, learning_rate)`` — the optimizer a :class:`~hpclab.core.config.RunConfig` asks
   for, wrapped in a dynamic ``LossScaleOptimizer`` for ``mixed_float16``.
 * ``set_precision(precision)`` — the global Keras mixed-precision policy.
 
@@ -38,8 +38,8 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import tensorflow as tf
 
-from hpclab import scaling
-from hpclab.catalog import PRECISIONS
+from hpclab.core import scaling
+from hpclab.core.catalog import PRECISIONS
 
 # Variables whose name contains one of these substrings skip weight decay and the trust ratio
 # (Model Garden / SimCLR convention: biases and batch-norm parameters).
@@ -129,7 +129,7 @@ class LARS(_LayerwiseOptimizer):
     """Layer-wise Adaptive Rate Scaling, classic momentum (You et al. 2017, arXiv:1708.03888).
 
     Per variable ``w`` with gradient ``g`` and velocity ``v`` (Model Garden's classic-momentum
-    form; :func:`hpclab.scaling.lars_update_reference` is the NumPy twin the tests compare with)::
+    form; :func:`hpclab.core.scaling.lars_update_reference` is the NumPy twin the tests compare with)::
 
         g <- g + weight_decay * w              (skipped for exclude_from_weight_decay)
         trust = eta * ||w|| / ||g||            (1 if a norm is 0, or exclude_from_layer_adaptation)
@@ -203,7 +203,7 @@ class LAMB(_LayerwiseOptimizer):
         trust = ||w|| / ||r||                                 (1 if a norm is 0, or excluded)
         w <- w - lr * trust * r
 
-    :func:`hpclab.scaling.lamb_update_reference` is the NumPy twin the tests compare with.
+    :func:`hpclab.core.scaling.lamb_update_reference` is the NumPy twin the tests compare with.
     """
 
     def __init__(
@@ -267,7 +267,7 @@ class LAMB(_LayerwiseOptimizer):
 class TableSchedule(tf.keras.optimizers.schedules.LearningRateSchedule):
     """LR for optimizer step ``s`` (0-based) = ``table[min(s, len(table) - 1)]``.
 
-    The table is :func:`hpclab.scaling.lr_schedule_array` — the same numbers as
+    The table is :func:`hpclab.core.scaling.lr_schedule_array` — the same numbers as
     ``RunConfig.lr_at(step, workers)``; steps past the end keep the last value. Keras passes
     ``optimizer.iterations`` (the number of updates already applied) as ``step``, and the
     mixed-float16 ``LossScaleOptimizer`` counts skipped (non-finite) steps too, so the table stays
@@ -285,7 +285,9 @@ class TableSchedule(tf.keras.optimizers.schedules.LearningRateSchedule):
     @classmethod
     def for_run(cls, cfg: dict, workers: int) -> TableSchedule:
         """The schedule of a run: ``cfg`` is ``RunConfig.to_dict()``, ``workers`` the world size."""
-        from hpclab.config import RunConfig  # no TF there; local import keeps the module graph flat
+        from hpclab.core.config import (
+            RunConfig,  # no TF there; local import keeps the module graph flat
+        )
 
         rc = RunConfig.from_dict(cfg)
         total = rc.total_steps(workers)

@@ -20,15 +20,15 @@ the update, loop, input, forward/backward) + ms``, so all its useful work takes
 once), and the wait is sized inside it, so the 0.1-0.4 ms it takes to get there is slowed too
 (sized before it, a 30 % straggler read load balance 0.88-0.94 instead of 0.85), and it ends on
 a deadline however late the sleep wakes up. Every other rank then waits in the allreduce, and
-:mod:`hpclab.pop` shows it as lower load balance.
+:mod:`hpclab.core.pop` shows it as lower load balance.
 """
 
 from __future__ import annotations
 
 import time
 
-from hpclab.pop import straggler_factor
-from hpclab.rank import averaging, groups, staleness
+from hpclab.core.pop import straggler_factor
+from hpclab.rank.features import averaging, groups, staleness
 
 TIMES = ("loop", "input", "compute", "allreduce", "apply")  # seconds summed per call, in order
 
@@ -45,7 +45,7 @@ class Step:
         self.loss_scaled = cfg.precision == "mixed_float16" and cfg.loss_scaling
         self.compression = hvd.Compression.fp16 if cfg.fp16_allreduce else hvd.Compression.none
         self.loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-        # local SGD, Crossbow (hpclab.rank.averaging): no gradient allreduce, models averaged
+        # local SGD, Crossbow (hpclab.rank.features.averaging): no gradient allreduce, models averaged
         self.averaging = averaging.for_run(cfg, model, world)
         # hybrid: this rank's synchronous group, whose gradients are averaged every step
         hybrid = cfg.update == "hybrid" and world > 1
@@ -64,9 +64,9 @@ class Step:
         # them) would differ from the others' and the allreduce would never complete.
         self.weighted = bool(cfg.batch_skew) and world > 1
         self.share = share
-        # silent data corruption (hpclab.rank.sdc): the planned flip, and the loss-spike
+        # silent data corruption (hpclab.rank.features.sdc): the planned flip, and the loss-spike
         # detector, which needs the global-batch loss of every step (it rides in the allreduce)
-        self.fault = None  # (set by the trainer: hpclab.rank.sdc.Fault)
+        self.fault = None  # (set by the trainer: hpclab.rank.features.sdc.Fault)
         self.detect = cfg.spike_factor > 0
         grads = tf.function(self._loss_and_grads, jit_compile=True) if cfg.xla else None
         self.loss_and_grads = grads or self._loss_and_grads

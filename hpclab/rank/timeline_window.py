@@ -2,7 +2,7 @@
 
 Every rank calls ``hvd.start_timeline`` after the run's first call and ``hvd.stop_timeline`` once
 the window's steps are done (or the run ends); Horovod's coordinator, rank 0, writes the file and
-then summarises it (:mod:`hpclab.timeline`). Ranks take the same steps, so they switch it at the
+then summarises it (:mod:`hpclab.core.timeline`). Ranks take the same steps, so they switch it at the
 same call without talking to each other.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from hpclab.timeline import FILE, summarise
+from hpclab.core.timeline import FILE, summarise
 
 FLUSH_S = 3.0  # Horovod's writer thread closes the file shortly after stop_timeline
 

@@ -22,10 +22,10 @@ import hashlib
 import time
 from pathlib import Path
 
-from hpclab.catalog import MAX_ROLLBACKS, MAX_STEPS_PER_CALL
-from hpclab.config import RunConfig
-from hpclab.health import judge
-from hpclab.metrics import NoiseScale
+from hpclab.core.catalog import MAX_ROLLBACKS, MAX_STEPS_PER_CALL
+from hpclab.core.config import RunConfig
+from hpclab.core.health import judge
+from hpclab.core.metrics import NoiseScale
 from hpclab.rank.meters import (
     DECISIONS,
     DETAIL,
@@ -62,7 +62,8 @@ class Trainer:
         import numpy as np
         import tensorflow as tf
 
-        from hpclab.rank import models, optimizers, sdc
+        from hpclab.rank import models, optimizers
+        from hpclab.rank.features import sdc
 
         cfg = self.cfg
         self.tf, self.hvd, self.np = tf, hvd, np

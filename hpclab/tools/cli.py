@@ -20,14 +20,14 @@ Where each lives: this module (parser, ``main``, the one-sentence error path),
 ``--lr-scaling {none,linear,sqrt}``, ``--image-shape 32,32,3``, ``--fp16-allreduce`` /
 ``--no-fp16-allreduce``, ..., each with the field's ``metadata["help"]`` as its help),
 :mod:`~hpclab.tools.cli_run` (run, sweep), :mod:`~hpclab.tools.cli_progress` (stderr while a
-run goes), :mod:`~hpclab.tools.cli_runs` (report, runs), :mod:`~hpclab.tools.cli_profiles`
+run goes), :mod:`~hpclab.tools.cli_records` (report, runs), :mod:`~hpclab.tools.cli_profiles`
 (profiles) and :mod:`~hpclab.tools.doctor`.
 
 Exit codes of ``run`` and ``sweep`` (see :data:`EXIT_CODES`): 0 finished; 1 a run failed or was
 stopped from outside; 2 a usage mistake (bad option or value, missing staged dataset, unknown run
 folder, engines that cannot start) — one sentence on stderr, never a traceback; 3 the run
 diverged (a result, not a crash: the learning rate was too high for that batch); 4 the run
-collapsed (finite loss, but at chance level past warm-up: :mod:`hpclab.health`); 130 Ctrl-C, or
+collapsed (finite loss, but at chance level past warm-up: :mod:`hpclab.core.health`); 130 Ctrl-C, or
 SIGTERM, SIGHUP or SIGUSR1 (Slurm's walltime warning `--signal=B:USR1@120`, `scancel`, a closed
 terminal): the run is stopped collectively and its record kept, exactly as for Ctrl-C. A sweep exits 0 when every point ran to its end,
 diverged and collapsed ones included, and 1 if any point failed or was stopped.
@@ -44,8 +44,9 @@ import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from hpclab.errors import ConfigError, LabError, RecordError, RunFailed
-from hpclab.tools import cli_profiles, cli_run, cli_runs, doctor
+from hpclab.core.errors import ConfigError, LabError, RecordError, RunFailed
+from hpclab.tools import cli_profiles, cli_run, doctor
+from hpclab.tools import cli_records as cli_runs
 from hpclab.tools.cli_progress import say
 from hpclab.tools.cli_run import EXIT_CODES
 

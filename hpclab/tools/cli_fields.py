@@ -1,8 +1,8 @@
 """RunConfig fields as command-line options: ``--batch-per-worker 128``, ``--lr-scaling sqrt``.
 
-One option per :class:`hpclab.config.RunConfig` field, generated from the dataclass: the option's
-kind from the field's type (choices from :mod:`hpclab.catalog`), its help from the field's
-``metadata["help"]`` — the explanation written beside the field in config.py — and its default
+One option per :class:`hpclab.core.config.RunConfig` field, generated from the dataclass: the option's
+kind from the field's type (choices from :mod:`hpclab.core.catalog`), its help from the field's
+``metadata["help"]`` — the explanation written beside the field in core/config.py — and its default
 from the field's default. ``hpclab run`` takes one value per option; ``hpclab sweep`` takes
 comma-separated values and runs every combination.
 """
@@ -18,8 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from hpclab import catalog
-from hpclab.config import RunConfig
+from hpclab.core import catalog
+from hpclab.core.config import RunConfig
 
 #: Fields whose value is one name from a catalogue.
 CHOICES = catalog.CHOICES
@@ -177,7 +177,7 @@ def add_field_options(parser: argparse.ArgumentParser, *, many: bool) -> None:
         "--preset",
         default=None,
         metavar="NAME",
-        help="start from a named preset (hpclab.presets: workshop, quick, cluster_gpu); the "
+        help="start from a named preset (hpclab.core.presets: workshop, quick, cluster_gpu); the "
         "options below override it (their defaults shown are the workshop preset's)",
     )
     for f in fields():
@@ -224,7 +224,7 @@ def add_field_options(parser: argparse.ArgumentParser, *, many: bool) -> None:
 
 def base_config(args: argparse.Namespace, **fields: Any):
     """``--preset``'s RunConfig (the workshop's when none is named) with `fields` applied."""
-    from hpclab.presets import preset
+    from hpclab.core.presets import preset
 
     return preset(getattr(args, "preset", None) or "workshop").replace(**fields)
 

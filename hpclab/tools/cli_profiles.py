@@ -17,10 +17,10 @@ import os
 import shlex
 import sys
 
-from hpclab import profiles
-from hpclab.errors import ConfigError
-from hpclab.launch import LaunchPlan
-from hpclab.profiles import Profile
+from hpclab.cluster import profiles
+from hpclab.cluster.launch import LaunchPlan
+from hpclab.cluster.profiles import Profile
+from hpclab.core.errors import ConfigError
 from hpclab.tools.cli_run import positive_int
 
 DEFAULT_WORKERS = 2
@@ -313,10 +313,10 @@ def _selector(name: str, profile: Profile) -> str:
 
 def _plan(profile: Profile, workers: int, threads: int, nodes: int) -> tuple[LaunchPlan, list]:
     """The plan a Lab would make here (an srun plan outside an allocation: as if inside one)."""
-    from hpclab import host
-    from hpclab.config import RunConfig
-    from hpclab.errors import LabError
-    from hpclab.launch import horovod_env, plan_launch
+    from hpclab.cluster import host
+    from hpclab.cluster.launch import horovod_env, plan_launch
+    from hpclab.core.config import RunConfig
+    from hpclab.core.errors import LabError
 
     env, notes = dict(os.environ), []
     mode = profile.launch.mode

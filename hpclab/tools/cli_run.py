@@ -1,7 +1,7 @@
 """``hpclab run`` and ``hpclab sweep``: train on MPI engines from the command line.
 
 Both take the RunConfig field options (:mod:`hpclab.tools.cli_fields`) and the lab options
-(workers, threads, where runs and data live), start a :class:`hpclab.lab.Lab` and record every
+(workers, threads, where runs and data live), start a :class:`hpclab.cluster.lab.Lab` and record every
 run. Their exit status says how the run(s) ended (:data:`EXIT_CODES`). Heavy modules (the lab,
 ipyparallel, the report) are imported only when a command runs.
 """
@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from hpclab import jsonio
+from hpclab.records import jsonio
 from hpclab.tools.cli_fields import add_field_options, base_config, field_values
 from hpclab.tools.cli_progress import Progress, say
 
@@ -109,7 +109,7 @@ def _add_lab_options(parser: argparse.ArgumentParser, *, many: bool) -> None:
 
 
 def _lab_dirs(args: argparse.Namespace) -> tuple[Path, Path]:
-    from hpclab import profiles
+    from hpclab.cluster import profiles
 
     runs, data = profiles.folders(profiles.resolve(args.profile)[0])
     return (args.runs_dir or runs, args.data_dir or data)
@@ -117,7 +117,7 @@ def _lab_dirs(args: argparse.Namespace) -> tuple[Path, Path]:
 
 def _start_lab(args: argparse.Namespace, workers: int, groups: int = 1):
     """The Lab of a command; ``groups``: a hybrid run's, registered at start (no restart)."""
-    from hpclab.lab import Lab
+    from hpclab.cluster.lab import Lab
 
     runs_dir, data_dir = _lab_dirs(args)
     return Lab(
@@ -157,7 +157,7 @@ def configure_run(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """``hpclab run``: one run on ``--workers`` engines; the exit status is how it ended."""
-    from hpclab.sweep import check_staged
+    from hpclab.records.sweep import check_staged
 
     cfg = base_config(args, **field_values(args))
     workers = args.workers
@@ -220,7 +220,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _wait_quietly(handle, timeout: float | None = None) -> None:
     """Wait for the run to end, whatever its outcome (the status says what happened)."""
-    from hpclab.errors import RunFailed
+    from hpclab.core.errors import RunFailed
 
     try:
         handle.wait(timeout)
@@ -258,7 +258,7 @@ def configure_sweep(parser: argparse.ArgumentParser) -> None:
 
 def sweep(args: argparse.Namespace) -> int:
     """``hpclab sweep``: every combination once (finished ones skipped), then a report."""
-    from hpclab import sweep as sweeps
+    from hpclab.records import sweep as sweeps
 
     values = field_values(args)
     fixed = {k: v[0] for k, v in values.items() if len(v) == 1}
@@ -285,7 +285,7 @@ def sweep(args: argparse.Namespace) -> int:
             )
             return EXIT_CODES["interrupted"]
     else:
-        from hpclab.runs import load_run
+        from hpclab.records.store import load_run
 
         printer = sweeps.PrintProgress(keys=[k for k in grid if k != "workers"])
         records = []
@@ -300,7 +300,7 @@ def sweep(args: argparse.Namespace) -> int:
         flush=True,
     )
     if args.report is not None:
-        from hpclab.views.report import write_report
+        from hpclab.views.charts.report import write_report
 
         path = write_report(records, args.report, title=args.title)
         print(f"hpclab sweep: report written to {path}", flush=True)

@@ -32,8 +32,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from hpclab.errors import LabError
-from hpclab.host import find_mpiexec
+from hpclab.cluster.host import find_mpiexec
+from hpclab.core.errors import LabError
 from hpclab.tools import doctor_profile, linkage
 
 #: Engines started by the full check; the expected allreduce result is 1 + 2 + ... + N.
@@ -83,7 +83,7 @@ def _dist_version(name: str) -> str:
 
 
 def _mpiexec() -> str:
-    """The `mpiexec` a Lab uses: :func:`hpclab.host.find_mpiexec`, the one rule for finding it."""
+    """The `mpiexec` a Lab uses: :func:`hpclab.cluster.host.find_mpiexec`, the one rule for finding it."""
     try:
         return find_mpiexec()
     except LabError:
@@ -275,11 +275,11 @@ def _engine_probe() -> dict[str, Any]:
 def check_engines(timeout: float, workers: int = WORKERS) -> None:
     """Stage 4: real MPI engines, real Horovod, one allreduce with a known answer.
 
-    Goes through :class:`hpclab.lab.Lab`, the same path the notebooks and the CLI use.
+    Goes through :class:`hpclab.cluster.lab.Lab`, the same path the notebooks and the CLI use.
     """
     import ipyparallel as ipp
 
-    from hpclab.lab import Lab
+    from hpclab.cluster.lab import Lab
 
     mpiexec = _mpiexec()
     expected = float(sum(range(1, workers + 1)))

@@ -29,9 +29,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from hpclab import host, profiles
-from hpclab.errors import ConfigError, LabError
-from hpclab.profiles import Profile
+from hpclab.cluster import host, profiles
+from hpclab.cluster.profiles import Profile
+from hpclab.core.errors import ConfigError, LabError
 
 WORKERS = 2
 COMMAND_TIMEOUT_S = 30
@@ -219,7 +219,7 @@ def check_allreduce(choice: str, timeout: float) -> Check:
     """2 engines through the profile's plan, Horovod on each, allreduce(rank + 1) == 3 on both."""
     import ipyparallel as ipp
 
-    from hpclab.lab import Lab
+    from hpclab.cluster.lab import Lab
     from hpclab.rank import engine
 
     start = time.perf_counter()

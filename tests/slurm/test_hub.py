@@ -175,7 +175,7 @@ def _loopback_only(server: hubmod.Hub) -> list[str]:
 NOTEBOOK = "hub.ipynb"
 # The profile comes from HPCLAB_PROFILE (the hub's Spawner.environment), as a centre would set it.
 CELLS = [
-    "import hpclab\nfrom hpclab.views.panel import Panel",
+    "import hpclab\nfrom hpclab.views.panel.panel import Panel",
     "lab = hpclab.Lab(workers=2)\nprint('LAUNCH', lab.plan.record())",
     f"panel = Panel(lab, base={PRESET})\npanel",
 ]

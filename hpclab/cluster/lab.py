@@ -1,0 +1,374 @@
+"""`Lab`: the lifecycle of N ipyparallel MPI engines running Horovod, and runs on them.
+
+Start/stop come in pairs (ipyparallel's own style); `with Lab(...) as lab:` tears everything
+down, and an `atexit` hook stops labs a notebook forgot. TensorFlow and Horovod are imported only
+on the engines (by `hpclab.rank.engine`), never here.
+
+Messages go to the ``hpclab.cluster.lab`` logger (no handler of our own: an application's logging
+configuration decides). Warnings a user must act on show even without any configuration, through
+Python's last-resort handler on stderr; the lab's state is also on the object (`healthy`, `lost`,
+`repr(lab)`), and the panel's status line says the same.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import platform
+import time
+import weakref
+from dataclasses import replace
+from pathlib import Path
+
+from hpclab.cluster import host, profiles
+from hpclab.cluster.engines import EngineSet
+from hpclab.cluster.host import find_mpiexec
+from hpclab.cluster.lab_args import LAUNCHERS, check_args
+from hpclab.cluster.launch import engine_settings, horovod_env, plan_launch
+from hpclab.cluster.profiles import Profile
+from hpclab.cluster.run import Run
+from hpclab.cluster.world import check_world
+from hpclab.core.config import RunConfig
+from hpclab.core.errors import ConfigError, LabError, RunFailed
+from hpclab.rank.features.groups import across_nodes
+from hpclab.records import paths
+from hpclab.records.store import RunStore
+
+INIT_TIMEOUT_S = 300  # importing TensorFlow and hvd.init() on every engine, however busy
+log = logging.getLogger(__name__)
+_LIVE_LABS: weakref.WeakSet[Lab] = weakref.WeakSet()
+
+
+class Lab:
+    """N MPI engines with Horovod initialised, ready to train.
+
+    >>> with Lab(workers=2) as lab:
+    ...     run = lab.run(RunConfig())
+    ...     run.wait()
+
+    Where and how the engines start comes from a cluster profile (`hpclab.cluster.profiles`):
+    `profile=` (a name, a TOML path or a `Profile`), else `$HPCLAB_PROFILE`, else auto-detection
+    (inside a Slurm allocation: `srun`; elsewhere: `mpiexec` on this machine). `nodes=` spreads
+    the engines over that many nodes. `start_timeout` bounds registration (None: the profile's,
+    90 s on this machine). `verbose=True` prints one line when the engines are ready (and the
+    queue state while a Slurm job waits). `lab.ranks` maps rank -> engine id, pid, host, node.
+    `groups` registers that many synchronous groups as Horovod process sets at start, for
+    ``update="hybrid"`` runs (hpclab.rank.features.groups); a hybrid run with other groups restarts the
+    engines once.
+    """
+
+    def __init__(
+        self,
+        workers: int = 2,
+        *,
+        profile: str | Path | Profile | None = None,
+        nodes: int = 0,
+        launcher: str | None = None,
+        threads_per_worker: int = 1,
+        runs_dir: str | Path | None = None,
+        data_dir: str | Path | None = None,
+        start_timeout: float | None = None,
+        mpiexec: str | None = None,
+        groups: int = 1,
+        verbose: bool = True,
+    ):
+        check_args(workers, launcher, threads_per_worker, start_timeout, nodes, mpiexec, groups)
+        self.profile, self.profile_reason = profiles.resolve(profile)
+        if launcher is not None:
+            mode = LAUNCHERS[launcher]
+            self.profile = replace(self.profile, launch=replace(self.profile.launch, mode=mode))
+        self.workers = workers
+        self.nodes = nodes
+        self.threads_per_worker = threads_per_worker
+        self.start_timeout = start_timeout
+        default_runs, default_data = profiles.folders(self.profile)
+        self.runs_dir = paths.check_folder(runs_dir or default_runs, "runs_dir")  # before any
+        self.data_dir = paths.check_folder(data_dir or default_data, "data_dir")  # engine starts
+        self.verbose = verbose
+        self._mpiexec = mpiexec or self.profile.launch.mpiexec or None
+        self.client = None
+        self.view = None
+        self.ranks: list[dict] = []
+        self.plan = None  # the LaunchPlan of the running engines (hpclab.cluster.launch)
+        self.current_run: Run | None = None
+        self.startup_s: float | None = None
+        # controller_s, queue_s (a Slurm job waiting), engines_s (registered), tf_import_s and
+        # horovod_init_s (slowest rank), total_s: where a cold start goes (benchmarks/run.py)
+        self.startup_phases: dict[str, float] = {}
+        self._engines: EngineSet | None = None
+        self._engine_ids: list[int] = []
+        self._lost: str | None = None
+        defaults = RunConfig()
+        self._horovod = (defaults.hvd_cycle_time_ms, defaults.hvd_fusion_mb, False, groups)
+        _LIVE_LABS.add(self)  # before start(): an interrupted start still gets cleaned up at exit
+        self.start()
+
+    @property
+    def launcher(self) -> str:
+        """How the engines start: 'mpiexec', 'srun' or 'sbatch' (from the plan or profile)."""
+        if self.plan is not None:
+            return self.plan.mode
+        mode = self.profile.launch.mode
+        return mode if mode != "auto" else ("srun" if os.environ.get("SLURM_JOB_ID") else "mpiexec")
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    def make_plan(self):
+        """The LaunchPlan `start()` would execute now (hpclab.cluster.launch.plan_launch); no side effect."""
+        import uuid
+
+        mode = self.profile.launch.mode
+        local = mode == "mpiexec" or (mode == "auto" and not os.environ.get("SLURM_JOB_ID"))
+        return plan_launch(
+            self.profile,
+            self.workers,
+            self.threads_per_worker,
+            self.nodes,
+            dict(os.environ),
+            cluster_id=f"{int(time.time())}-{uuid.uuid4().hex[:6]}",
+            state_root=self.profile.paths.state or str(self.runs_dir / ".state"),
+            mpiexec=find_mpiexec(self._mpiexec) if local else "",
+            interfaces=host.interfaces() if self.profile.network.interface else {},
+            registration_timeout_s=self.start_timeout,
+            horovod=horovod_env(*self._horovod),
+        )
+
+    def start(self) -> None:
+        """Start the controller and `workers` MPI engines, then Horovod on each; check the world."""
+        from hpclab.rank import engine
+
+        if self._engines is not None:
+            return
+        t0 = time.perf_counter()
+        self.runs_dir.mkdir(parents=True, exist_ok=True)
+        self.plan = plan = self.make_plan()
+        for note in plan.notes:
+            log.info("launch plan: %s", note)
+        self._engines = EngineSet(plan, on_status=self._say)
+        self.client = self._engines.start()  # raises LabError and leaves nothing running
+        self.plan = plan = self._engines.plan  # a second controller has a plan of its own
+        _stop_forgotten_labs_first()  # ipyparallel has registered its exit hook by now
+        ids = sorted(self.client.ids)
+        probe = self.runs_dir / f".probe-{plan.cluster_id}"
+        probe.write_text(plan.cluster_id)
+        try:  # bounded: a rank stopped or hung during start must not hang the caller
+            identities = (
+                self.client[ids]
+                .apply_async(engine.init_worker, plan.threads, (str(probe), plan.cluster_id))
+                .get(timeout=INIT_TIMEOUT_S)
+            )
+        except Exception as exc:  # ipyparallel wraps the engine's error; stop what we started
+            self.stop()
+            raise LabError(
+                f"the engines started but could not initialise TensorFlow/Horovod "
+                f"({type(exc).__name__}: {exc}); run `hpclab doctor` to see which part is missing."
+            ) from exc
+        finally:
+            probe.unlink(missing_ok=True)
+        errors, warnings = check_world(identities, self.workers, plan.threads, plan.mode)
+        if errors:
+            self.stop()
+            raise LabError(" ".join(errors))
+        for warning in warnings:
+            log.warning(warning)
+        phases = dict(self._engines.phases)
+        for phase in ("tf_import_s", "horovod_init_s"):
+            phases[phase] = max(ident.pop(phase, 0.0) for ident in identities)
+        order = sorted(range(len(ids)), key=lambda i: identities[i]["rank"])
+        self._engine_ids = [ids[i] for i in order]
+        self.ranks = [dict(identities[i], engine_id=ids[i]) for i in order]
+        for rank in self.ranks:
+            rank.pop("runs_dir_shared", None)
+        self.view = self.client[self._engine_ids]
+        self._lost = None
+        self.startup_s = time.perf_counter() - t0
+        self.startup_phases = {**phases, "total_s": self.startup_s}
+        where = f" ({plan.mode}, profile {plan.profile})" if plan.mode != "mpiexec" else ""
+        self._say(
+            f"{self.workers} MPI engine(s) with Horovod ready in {self.startup_s:.1f} s{where}"
+        )
+
+    def _say(self, text: str) -> None:
+        log.info(text)
+        if self.verbose:  # start() runs on the caller's thread: the user's cell, never a monitor
+            print(f"hpclab: {text}", flush=True)
+
+    def stop(self) -> None:
+        """Stop a running run (if any), the engines and the controller; bounded in time."""
+        if self.current_run is not None and not self.current_run.done and self._lost is None:
+            try:
+                self.current_run.stop(timeout=5)
+            except Exception as exc:  # noqa: BLE001 — the engines must go even if the record can't
+                log.warning("stopping the run reported %r; stopping the engines anyway", exc)
+        engines, self._engines = self._engines, None
+        self.client = self.view = None
+        if engines is not None:
+            engines.stop(clean=self._lost is None)  # lost engines cannot answer a clean shutdown
+
+    def restart(self, workers: int | None = None, cfg: RunConfig | None = None) -> None:
+        """Fresh engines (after a failure, or to change the number of workers); with ``cfg``,
+        started with the Horovod settings its run needs (so that run restarts nothing)."""
+        if workers is not None:
+            check_args(workers, None, self.threads_per_worker, self.start_timeout, self.nodes, None)
+            if workers % self._horovod[3]:  # the groups no longer divide the ranks: none
+                self._horovod = (*self._horovod[:3], 1)
+            self.workers = workers
+        if cfg is not None:
+            self._horovod = engine_settings(cfg, self._horovod, self.workers)
+        self.stop()
+        self.start()
+
+    def __enter__(self) -> Lab:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        state = "lost" if self._lost else ("running" if self._engines else "stopped")
+        return (
+            f"<Lab workers={self.workers} launcher={self.launcher!r} "
+            f"profile={self.profile.name!r} {state}>"
+        )
+
+    @property
+    def healthy(self) -> bool:
+        """Engines running and usable (False when stopped or lost)."""
+        return self._engines is not None and self._lost is None
+
+    @property
+    def lost(self) -> str | None:
+        """Why the engines were lost (a sentence), or None; the next `run()` restarts them."""
+        return self._lost
+
+    def launcher_output(self) -> str:
+        """What mpiexec/srun and the engines printed (for naming a rank that died)."""
+        return self._engines.output() if self._engines is not None else ""
+
+    # -- runs -------------------------------------------------------------------------------------
+    def ready_for(self, cfg: RunConfig) -> None:
+        """Engines that can run ``cfg``: restarted if they were lost, or if Horovod must read
+        other settings at ``hvd.init()`` for it (hpclab.cluster.launch.engine_settings)."""
+        wanted = engine_settings(cfg, self._horovod, self.workers)
+        if self._lost is not None:
+            log.warning("the previous engines were lost (%s); restarting them.", self._lost)
+            self.restart(cfg=cfg)  # one restart, with the settings this run asks for
+        elif wanted != self._horovod and self._engines is not None:
+            # Horovod reads these once, at hvd.init(): other values need fresh engines.
+            log.warning(
+                "restarting the engines for Horovod cycle time %g ms, fusion buffer %g MB, "
+                "dynamic timeline %s, %d synchronous group(s) (they were %g ms, %g MB, %s, %d).",
+                *wanted,
+                *self._horovod,
+            )
+            self.restart(cfg=cfg)  # (restart takes the settings from engine_settings, as here)
+        if self._engines is None:
+            raise LabError("this lab is stopped; call lab.start() or make a new Lab.")
+        split = cfg.update == "hybrid" and across_nodes([r["host"] for r in self.ranks], cfg.groups)
+        if split:
+            log.warning(
+                "hybrid groups %s have ranks on more than one node: their every-step allreduce "
+                "crosses the network (choose groups so each node's ranks are whole groups).",
+                split,
+            )
+
+    def run(self, cfg: RunConfig) -> Run:
+        """Start `cfg` on every rank and return its `Run` at once."""
+        from hpclab.rank import engine
+
+        if not isinstance(cfg, RunConfig):
+            raise ConfigError(f"Lab.run needs a RunConfig; you passed {type(cfg).__name__}.")
+        if self.current_run is not None and not self.current_run.done:
+            raise LabError(
+                f"run {self.current_run.run_id} is still running; call "
+                "run.stop() or run.wait() before starting another."
+            )
+        cfg.global_batch(self.workers)  # validates workers against cfg (raises ConfigError)
+        paths.check_staged(cfg, self.data_dir)  # before any rank waits for another
+        self.ready_for(cfg)
+        store = RunStore(self.runs_dir)
+        store.create(
+            {
+                "config": cfg.to_dict(),
+                "workers": self.workers,
+                "derived": cfg.derived(self.workers),
+                "client": {
+                    "pid": os.getpid(),
+                    "host": platform.node(),
+                },  # records/store.py: abandoned?
+                "lab": {
+                    "launcher": self.launcher,
+                    "launch": self.plan.record(),
+                    "threads_per_worker": self.threads_per_worker,
+                    "horovod_env": horovod_env(*self._horovod),
+                    "ranks": self.ranks,
+                },
+            }
+        )
+        results = [
+            self.client[eid].apply_async(
+                engine.train, cfg.to_dict(), str(store.path), str(self.data_dir)
+            )
+            for eid in self._engine_ids
+        ]
+        run = Run(
+            config=cfg,
+            workers=self.workers,
+            store=store,
+            results=results,
+            ranks=self.ranks,
+            on_engines_lost=self._engines_lost,
+            abort=self._abort,
+            launcher_output=self.launcher_output,
+            link_state=self._link_state,
+        )
+        self.current_run = run
+        return run
+
+    def _engines_lost(self, why: str) -> None:
+        self._lost = why
+
+    def _abort(self) -> None:
+        """Last resort: end the MPI job (signals land at different points on different ranks),
+        and kill this host's ranks by pid (a stopped or hung rank ignores a forwarded SIGTERM)."""
+        if self._engines is not None:
+            self._engines.abort(pids=[r["pid"] for r in self.ranks if r["host"] == platform.node()])
+
+    def _link_state(self) -> str:
+        """Why ranks cannot reach the client: a sentence, or '' while controller and launcher run."""
+        return self._engines.link_state() if self._engines is not None else ""
+
+    def sweep(self, cfg: RunConfig, *, progress=None, **grid):
+        from hpclab.records.sweep import run_sweep
+
+        return run_sweep(self, cfg, progress=progress, **grid)
+
+    def panel(self, **kwargs):
+        """The control panel and live dashboard (kwargs go to `hpclab.views.panel.panel.Panel`:
+        `preset="quick"` (a name in `hpclab.core.presets`) or `base=RunConfig(...)` sets the knobs'
+        starting values; the workshop preset by default)."""
+        from hpclab.views.panel.panel import Panel
+
+        return Panel(self, **kwargs).widget
+
+
+def _stop_forgotten_labs() -> None:
+    for lab in list(_LIVE_LABS):
+        try:
+            lab.stop()
+        except Exception:  # noqa: BLE001 — interpreter shutdown: best effort only
+            pass
+
+
+def _stop_forgotten_labs_first() -> None:
+    """(Re-)register the exit hook after ipyparallel's own: atexit runs the last registered first,
+    so a forgotten lab still shuts its engines down cleanly (Horovod and MPI finalise together)
+    before ipyparallel's hook stops whatever cluster is left."""
+    atexit.unregister(_stop_forgotten_labs)
+    atexit.register(_stop_forgotten_labs)
+
+
+atexit.register(_stop_forgotten_labs)
+
+
+__all__ = ["Lab", "LabError", "Run", "RunFailed", "find_mpiexec", "horovod_env"]  # re-exported

@@ -1,0 +1,67 @@
+"""The arguments of :class:`hpclab.cluster.lab.Lab`, checked before any engine starts."""
+
+from __future__ import annotations
+
+import os
+
+from hpclab.core.catalog import MAX_THREADS_PER_WORKER, MAX_WORKERS
+from hpclab.core.errors import ConfigError
+
+# launcher= overrides the profile's launch mode; "mpi" and "slurm" are the names of hpclab 0.1
+LAUNCHERS = {"auto": "auto", "mpiexec": "mpiexec", "mpi": "mpiexec", "srun": "srun", "sbatch": "sbatch", "slurm": "sbatch"}  # fmt: skip
+
+
+def _is_count(value, low: int, high: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+
+
+def check_args(
+    workers, launcher, threads_per_worker, start_timeout, nodes, mpiexec, groups=1
+) -> None:
+    """Every argument of ``Lab(...)``: a ConfigError naming the first bad one, before any
+    engine starts."""
+    if not _is_count(workers, 1, MAX_WORKERS):
+        raise ConfigError(
+            f"Lab.workers must be an integer from 1 to {MAX_WORKERS}; "
+            f"you passed workers={workers!r}."
+        )
+    if launcher is not None and launcher not in LAUNCHERS:
+        raise ConfigError(
+            "Lab.launcher must be one of 'auto', 'mpiexec' (this machine), 'srun' (inside a "
+            "Slurm allocation) or 'sbatch' (engines as a Slurm job), or None to follow the "
+            f"profile; you passed launcher={launcher!r}."
+        )
+    if not _is_count(threads_per_worker, 1, MAX_THREADS_PER_WORKER):
+        raise ConfigError(
+            "Lab.threads_per_worker must be an integer from 1 to "
+            f"{MAX_THREADS_PER_WORKER}; "
+            f"you passed threads_per_worker={threads_per_worker!r}."
+        )
+    if not _is_count(nodes, 0, MAX_WORKERS):
+        raise ConfigError(
+            f"Lab.nodes must be an integer from 0 (the launcher decides) to {MAX_WORKERS}; "
+            f"you passed nodes={nodes!r}."
+        )
+    if start_timeout is not None and (
+        isinstance(start_timeout, bool)
+        or not isinstance(start_timeout, (int, float))
+        or not 1 <= start_timeout <= 3600
+    ):
+        raise ConfigError(
+            "Lab.start_timeout must be a number of seconds from 1 to 3600 (or None: the "
+            f"profile's); you passed start_timeout={start_timeout!r}."
+        )
+    if mpiexec and os.path.basename(str(mpiexec)) == "srun":
+        raise ConfigError(
+            "Lab(mpiexec='srun') would start engines without an MPI plugin (each its own "
+            "1-rank world under Slurm's default MpiDefault=none); use launcher='srun' or a "
+            "profile, which pass --mpi=, -c and --overlap as needed."
+        )
+    if not _is_count(groups, 1, MAX_WORKERS) or workers % groups:
+        raise ConfigError(
+            f"Lab.groups must be a divisor of workers ({workers}): the synchronous groups of "
+            f"hybrid runs, registered at start; you passed groups={groups!r}."
+        )
+
+
+__all__ = ["LAUNCHERS", "check_args"]

@@ -1,0 +1,112 @@
+"""Which rank stopped responding: the client's reading of every rank's heartbeat.
+
+Each rank publishes a counter once a second from a thread beside its training loop
+(:mod:`hpclab.rank.heartbeat`). A rank that hangs — SIGSTOP, a stuck file system, a deadlock
+in a library — stops its counter; the ranks waiting for it in an allreduce keep theirs going. So
+the rank whose counter stands still for ``hang_s`` seconds is the one to name, and when every
+counter stands still the link to all of them is gone (the ipyparallel controller, usually).
+Without this, ipyparallel's own heartbeat declares the engines dead only after ~30-40 s and no
+message names the culprit.
+
+Pure bookkeeping on the client's clock (no clocks of other hosts are compared); the process state
+of a rank on this host is read with psutil (ipyparallel's own dependency).
+"""
+
+from __future__ import annotations
+
+import platform
+import time
+from collections.abc import Callable
+
+#: A rank silent this long stopped responding (heartbeats come every second). Shorter than the
+#: ten missed controller heartbeats after which ipyparallel declares an engine dead (~10 s with
+#: hpclab.cluster.launch.HEARTBEAT_MS), so a hang is named as a hang, not as a death.
+HANG_S = 8.0
+
+_STATES = {  # psutil status → what it means for a rank that stopped beating
+    "stopped": "its process is stopped (SIGSTOP or SIGTSTP)",
+    "tracing-stop": "its process is stopped by a debugger",
+    "disk-sleep": "its process waits in uninterruptible I/O (a stuck file system?)",
+    "zombie": "its process has exited",
+    "dead": "its process has exited",
+}
+
+
+class Watchdog:
+    """Per-rank heartbeat counters as the client sees them; :meth:`verdict` names the silent."""
+
+    def __init__(
+        self,
+        ranks: list[dict],
+        hang_s: float = HANG_S,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self.ranks, self.hang_s, self.clock = ranks, float(hang_s), clock
+        now = clock()
+        self._value: list[object] = [None] * len(ranks)
+        self._changed = [now] * len(ranks)  # the start counts as a sign of life
+
+    def observe(self, rank: int, value: object) -> None:
+        """Rank `rank`'s latest heartbeat counter (None: none seen yet)."""
+        if value is not None and value != self._value[rank]:
+            self._value[rank], self._changed[rank] = value, self.clock()
+
+    def silent(self, among: list[int] | None = None, longer_than: float | None = None):
+        """Ranks (of `among`, default all) silent longer than `longer_than` (default hang_s)
+        → seconds silent."""
+        now, limit = self.clock(), self.hang_s if longer_than is None else longer_than
+        ranks = range(len(self.ranks)) if among is None else among
+        return {r: now - self._changed[r] for r in ranks if now - self._changed[r] > limit}
+
+    def all_silent(self, among: list[int]) -> bool:
+        """Every one of several ranks silent together: past the limit, or within half of it (the
+        ranks' last beats arrived a second or so apart; the first to cross the limit must not
+        be named alone when the path from all of them is what broke)."""
+        return len(among) > 1 and len(self.silent(among, self.hang_s / 2)) == len(among)
+
+    def verdict(self, among: list[int] | None = None, link: str = "") -> str | None:
+        """A sentence naming the silent rank(s), or None while every rank beats.
+
+        `among`: the ranks still expected to beat (those whose task has not returned). `link`:
+        what the caller knows about the path from the ranks to here (e.g. "the ipyparallel
+        controller exited"), said when every rank is silent at once."""
+        expected = list(range(len(self.ranks))) if among is None else list(among)
+        silent = self.silent(expected)
+        if not silent:
+            return None
+        if self.all_silent(expected):
+            worst = max(silent.values())
+            why = link or "their heartbeats stopped reaching this client"
+            return f"no rank sent a heartbeat for {worst:.0f} s: {why}"
+        return self.describe(silent)
+
+    def describe(self, silent: dict[int, float]) -> str:
+        """'rank N (pid P on H) stopped responding: no heartbeat for S s; <process state>'."""
+        parts = []
+        for r, seconds in sorted(silent.items()):
+            rank = self.ranks[r]
+            state = process_state(rank)
+            parts.append(
+                f"rank {rank.get('rank', r)} (pid {rank.get('pid', '?')} on "
+                f"{rank.get('host', '?')}) stopped responding: no heartbeat for {seconds:.0f} s"
+                + (f"; {state}" if state else "")
+            )
+        return "; ".join(parts)
+
+
+def process_state(rank: dict) -> str:
+    """What psutil says of a rank's process on this host ('' elsewhere or when it looks fine)."""
+    if rank.get("host") != platform.node() or not rank.get("pid"):
+        return ""
+    import psutil
+
+    try:
+        status = psutil.Process(int(rank["pid"])).status()
+    except psutil.NoSuchProcess:
+        return "its process has exited"
+    except psutil.Error:
+        return ""
+    return _STATES.get(status, "")
+
+
+__all__ = ["Watchdog", "HANG_S", "process_state"]

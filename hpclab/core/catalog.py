@@ -1,0 +1,138 @@
+"""What the lab offers and its bounds: datasets, models, optimizers, precisions, limits.
+
+One home for each of these facts. `RunConfig` validates against them, the panel and the CLI
+offer them as choices, and the rank side looks its builders up by the same names (its tests
+check that every name here has a builder).
+"""
+
+from __future__ import annotations
+
+# -- datasets ---------------------------------------------------------------------------------
+DATASETS = ("mnist1d", "synthetic", "mnist", "fashion_mnist", "cifar10", "blobs")
+#: Fixed-size datasets a user stages as files in data/ (never downloaded at run time):
+#: name -> (training samples, validation samples).
+STAGED_SIZES = {"mnist": (60000, 10000), "fashion_mnist": (60000, 10000), "cifar10": (50000, 10000)}
+STAGED_DATASETS = tuple(STAGED_SIZES)
+#: MNIST-1D, blobs and synthetic data are generated; this share of `num_samples` is held out.
+GENERATED_VALIDATION_FRACTION = 0.2
+NUM_CLASSES = 10  # every dataset here has 10 classes (synthetic as in Horovod's benchmark)
+#: The kind of input each dataset yields: 1-D signals or images (H, W, C).
+DATASET_INPUT = {
+    "mnist1d": "1d",
+    "synthetic": "image",
+    "mnist": "image",
+    "fashion_mnist": "image",
+    "cifar10": "image",
+    "blobs": "1d",
+}
+
+# -- models -----------------------------------------------------------------------------------
+MODELS = ("mlp", "cnn1d", "resnet20", "resnet50", "linear")
+#: The input kinds each model accepts.
+MODEL_INPUT = {
+    "mlp": ("1d", "image"),
+    "cnn1d": ("1d",),
+    "resnet20": ("image",),
+    "resnet50": ("image",),
+    "linear": ("1d", "image"),
+}
+
+# -- optimisation and numerics ------------------------------------------------------------------
+OPTIMIZERS = ("sgd", "momentum", "lars", "lamb", "adam")
+LR_SCALINGS = ("none", "linear", "sqrt")
+LR_SCHEDULES = ("constant", "cosine", "poly")
+PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
+#: How gradients cross ranks: one grouped (fused) allreduce after the whole backward pass, or one
+#: allreduce per tensor, each free to start as soon as its gradient exists (overlap with backprop).
+GRAD_ALLREDUCES = ("grouped", "per_tensor")
+VALIDATIONS = ("sharded", "rank0")  # who evaluates the held-out set (Amdahl's lesson)
+#: Input augmentation (hpclab.rank.features.augment): none, online (every batch, inside the step's input
+#: part) or offline (once over the shard, before training).
+AUGMENTS = ("none", "online", "offline")
+MAX_AUGMENT_COST = 10_000  # noise passes per batch (≈ 0.05-0.1 ms each, batch 64 of MNIST-1D)
+#: How the training set is cut into rank shards: iid (the data set's own random order) or
+#: by_label (sorted by label first, as data stored class by class: rank r holds classes of its own).
+SHARDS = ("iid", "by_label")
+#: Which samples a rank trains on each epoch: local (its own shard, reshuffled) or global (a new
+#: permutation of the whole training set dealt to the ranks every epoch; hpclab.rank.feed).
+SHUFFLES = ("local", "global")
+#: How replicas stay consistent (hpclab.rank.features.averaging): sync averages gradients every step,
+#: local_sgd averages models every RunConfig.average_every steps, hybrid averages gradients inside
+#: synchronous groups of ranks every step and models across groups every average_every steps
+#: (hpclab.rank.features.groups), crossbow pulls each learner toward a central average model every step
+#: (synchronous model averaging).
+UPDATES = ("sync", "local_sgd", "hybrid", "crossbow")
+#: Silent data corruption (hpclab.rank.features.sdc): which tensor of one layer a single bit flip hits.
+SDC_TARGETS = ("none", "weights", "gradients", "activations")
+FLOAT32_BITS = 32  # bit 31 sign, 30-23 exponent, 22-0 mantissa (IEEE 754 binary32)
+MAX_ROLLBACKS = 3  # rollbacks to the same state before a run gives up (the fault is not transient)
+#: RunConfig fields with a closed set of values, and the values (config checks, CLI choices).
+CHOICES = {
+    "dataset": DATASETS,
+    "model": MODELS,
+    "optimizer": OPTIMIZERS,
+    "lr_scaling": LR_SCALINGS,
+    "lr_schedule": LR_SCHEDULES,
+    "precision": PRECISIONS,
+    "grad_allreduce": GRAD_ALLREDUCES,
+    "validation": VALIDATIONS,
+    "augment": AUGMENTS,
+    "shards": SHARDS,
+    "shuffle": SHUFFLES,
+    "sdc_target": SDC_TARGETS,
+    "update": UPDATES,
+}
+
+# -- limits -------------------------------------------------------------------------------------
+MAX_WORKERS = 512  # MPI engines one Lab starts
+MAX_THREADS_PER_WORKER = 256
+MAX_STEPS_PER_CALL = 1000  # optimizer steps one compiled call may run
+#: Evaluations on the held-out subset per run when RunConfig.eval_every is 0 (auto): steps and
+#: time to a target accuracy are then exact to 1/40 = 2.5 % of the run.
+EVAL_POINTS = 40
+#: Optimizer steps one run may take (epochs x steps per epoch, after max_steps): hours of the
+#: lab's fastest model; beyond it a typo (epochs=1e4 at batch 1) would build a per-step LR table
+#: of billions of entries on every rank before the first step.
+MAX_TOTAL_STEPS = 10_000_000
+#: Live telemetry cadence: 0 (off) or at least this many seconds between publishes.
+MIN_PUBLISH_EVERY_S = 0.1
+#: A history row's throughput is taken over at least this many seconds of training (its window
+#: and the ones before it, hpclab.rank.meters.RateWindow): readable, and still a true rate.
+RATE_WINDOW_S = 1.0
+
+
+def models_for(dataset: str) -> tuple[str, ...]:
+    """The models that accept `dataset`'s input kind."""
+    kind = DATASET_INPUT[dataset]
+    return tuple(m for m in MODELS if kind in MODEL_INPUT[m])
+
+
+__all__ = [
+    "DATASETS",
+    "STAGED_SIZES",
+    "STAGED_DATASETS",
+    "GENERATED_VALIDATION_FRACTION",
+    "NUM_CLASSES",
+    "DATASET_INPUT",
+    "MODELS",
+    "MODEL_INPUT",
+    "OPTIMIZERS",
+    "LR_SCALINGS",
+    "LR_SCHEDULES",
+    "PRECISIONS",
+    "GRAD_ALLREDUCES",
+    "VALIDATIONS",
+    "AUGMENTS",
+    "MAX_AUGMENT_COST",
+    "SHARDS",
+    "SHUFFLES",
+    "CHOICES",
+    "MAX_WORKERS",
+    "MAX_THREADS_PER_WORKER",
+    "MAX_STEPS_PER_CALL",
+    "RATE_WINDOW_S",
+    "EVAL_POINTS",
+    "MAX_TOTAL_STEPS",
+    "MIN_PUBLISH_EVERY_S",
+    "models_for",
+]

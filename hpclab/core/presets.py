@@ -1,0 +1,59 @@
+"""Named starting points for a run: the workshop's, a quick one, and a GPU cluster's.
+
+A preset is a :class:`~hpclab.core.config.RunConfig`; change what a lesson varies with
+``WORKSHOP.replace(batch_per_worker=256)``. The notebooks, the panel (``lab.panel(preset=...)``),
+the CLI (``hpclab run --preset quick``, options after it override) and ``make demo`` start from
+these, so a number in one place is the number everywhere.
+
+==============  ===================================================================================
+``WORKSHOP``    ``RunConfig()``'s defaults: MNIST-1D, 40,960 samples: 32,768 for training — a power of two, so every batch size
+                the notebooks use divides an epoch exactly — and 8,192 held out; the 1-D CNN,
+                momentum SGD at base LR 0.05 tuned at global batch 64, linear scaling, a 1-epoch
+                warm-up, 6 epochs. A 2-worker run takes seconds on a laptop.
+``QUICK``       the workshop's problem for checks and demos that must finish in a few seconds:
+                2 epochs of 8,192 training samples (10,240 generated).
+``CLUSTER_GPU`` Horovod's synthetic ResNet-50 benchmark (``tensorflow2_synthetic_benchmark.py``):
+                224x224x3 random images, 1,000 classes, batch 64 per GPU, mixed float16 with XLA.
+                A throughput measurement for GPU nodes (no accuracy: the labels are random); on a
+                CPU it is very slow.
+==============  ===================================================================================
+"""
+
+from __future__ import annotations
+
+from hpclab.core.config import RunConfig
+from hpclab.core.errors import ConfigError
+
+WORKSHOP = RunConfig()  # RunConfig's defaults are the workshop's
+QUICK = WORKSHOP.replace(num_samples=10240, epochs=2)
+CLUSTER_GPU = RunConfig(
+    dataset="synthetic",
+    model="resnet50",
+    image_shape=(224, 224, 3),
+    synthetic_classes=1000,
+    num_samples=64 * 1000,
+    batch_per_worker=64,
+    epochs=1,
+    lr_scaling="none",
+    warmup_epochs=0,
+    precision="mixed_float16",
+    xla=True,
+)
+
+#: Presets by the name the panel and the CLI use.
+PRESETS = {"workshop": WORKSHOP, "quick": QUICK, "cluster_gpu": CLUSTER_GPU}
+
+
+def preset(name: str | RunConfig) -> RunConfig:
+    """The preset called `name` (case-insensitive); a RunConfig is returned as it is."""
+    if isinstance(name, RunConfig):
+        return name
+    key = str(name).strip().lower()
+    if key not in PRESETS:
+        raise ConfigError(
+            f"preset must be one of {', '.join(repr(k) for k in PRESETS)}; you passed {name!r}."
+        )
+    return PRESETS[key]
+
+
+__all__ = ["WORKSHOP", "QUICK", "CLUSTER_GPU", "PRESETS", "preset"]

@@ -1,0 +1,262 @@
+"""Run records on disk: one folder per run, written atomically, readable after a kernel restart.
+
+Layout (see docs/architecture.md)::
+
+    runs/<run_id>/config.json     what was asked for, plus the derived numbers
+    runs/<run_id>/metrics.jsonl   one live-history row per line (appended as rows arrive)
+    runs/<run_id>/epochs.jsonl    one row per finished epoch
+    runs/<run_id>/summary.json    the outcome (written last, atomically)
+    runs/<run_id>/STOP            present while a stop is requested
+
+JSON files are replaced atomically (write to a temp file in the same folder, fsync, rename), so
+a crash or a full disk leaves the previous complete version, never half a file. JSONL appends
+are line-sized; a torn last line (crash mid-write) is skipped when reading.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import logging
+import os
+import secrets
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from hpclab.core.errors import RecordError
+from hpclab.records.jsonio import append_jsonl, read_json, read_jsonl, write_json_atomic
+
+STOP_FILE = "STOP"
+log = logging.getLogger(__name__)
+
+
+def read_record_json(path: Path) -> dict:
+    """A run folder's JSON object ({} when the file is absent); RecordError naming the file when
+    it is half-written, not JSON, not an object, or not a file at all."""
+    try:
+        data = read_json(path)
+    except (ValueError, OSError) as exc:  # JSONDecodeError, UnicodeDecodeError, IsADirectoryError
+        raise RecordError(
+            f"{path} is not a run file hpclab can read ({type(exc).__name__}: {exc}); "
+            "a half-written or foreign file: remove it, or the run folder"
+        ) from None
+    if not isinstance(data, dict):
+        raise RecordError(
+            f"{path} holds a JSON {type(data).__name__}, not the object hpclab writes; "
+            "remove it, or the run folder"
+        )
+    return data
+
+
+def _readable(cfg_path: Path) -> tuple[dict, dict] | None:
+    """(config.json, summary.json) of a run folder, or None after one warning naming the file."""
+    try:
+        return read_record_json(cfg_path), read_record_json(cfg_path.parent / "summary.json")
+    except RecordError as exc:
+        log.warning("skipping a run: %s", exc)
+        return None
+
+
+def default_root() -> Path:
+    """Where runs are recorded: $HPCLAB_RUNS, else <checkout>/runs (see hpclab.records.paths)."""
+    from hpclab.records.paths import runs_dir
+
+    return runs_dir()
+
+
+def new_run_id() -> str:
+    now = _dt.datetime.now()
+    return f"{now:%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
+
+
+@dataclass
+class RunRecord:
+    """A run as recorded on disk (also what `compare`, `report` and the dashboard overlay read)."""
+
+    path: Path
+    meta: dict = field(default_factory=dict)  # config.json
+    summary: dict = field(default_factory=dict)  # summary.json ({} while running)
+    history: pd.DataFrame = field(default_factory=pd.DataFrame)
+    epochs: pd.DataFrame = field(default_factory=pd.DataFrame)
+
+    @property
+    def run_id(self) -> str:
+        return self.meta.get("run_id", self.path.name)
+
+    @property
+    def config(self) -> dict:
+        return self.meta.get("config", {})
+
+    @property
+    def workers(self) -> int:
+        return int(self.meta.get("workers", self.summary.get("world_size", 1)))
+
+    @property
+    def status(self) -> str:
+        if self.summary.get("status"):
+            return self.summary["status"]
+        return unfinished_status(self.meta, alive="running") if self.meta else "unknown"
+
+    @property
+    def label(self) -> str:
+        """Legend text: the config's label plus the worker count."""
+        from hpclab.core.config import RunConfig
+
+        try:
+            return RunConfig.from_dict(self.config).label(self.workers)
+        except ValueError:
+            return f"{self.run_id} ×{self.workers}"
+
+    def to_csv(self, path=None, table: str = "history"):
+        """The run's `history` (default) or `epochs` as CSV text, or written to `path`
+        (:func:`hpclab.records.export.run_csv`; one column per rank for per-rank lists)."""
+        from hpclab.records.export import run_csv
+
+        return run_csv(self, table, path)
+
+
+#: Set to "group" to share a runs folder with your Unix group (files 0640 in 0750 folders; give
+#: the runs root to the group and set its setgid bit yourself). Default: private to you.
+SHARE_ENV = "HPCLAB_SHARE_RUNS"
+
+
+def modes() -> tuple[int, int]:
+    """(file mode, folder mode) of run records: (0o600, 0o700), or group-readable when
+    $HPCLAB_SHARE_RUNS is 'group' (run records hold paths, hosts and pids)."""
+    return (0o640, 0o750) if os.environ.get(SHARE_ENV) == "group" else (0o600, 0o700)
+
+
+class RunStore:
+    """Writes one run's folder. The client-side `Run` owns one; nothing else writes there."""
+
+    def __init__(self, root: Path | str | None = None, run_id: str | None = None):
+        self.root = Path(root) if root is not None else default_root()
+        self.run_id = run_id or new_run_id()
+        self.path = self.root / self.run_id
+        self.file_mode, self.folder_mode = modes()
+
+    def create(self, meta: dict) -> None:
+        self.path.mkdir(parents=True, exist_ok=False)
+        os.chmod(self.path, self.folder_mode)  # whatever the umask
+        write_json_atomic(
+            self.path / "config.json",
+            {**meta, "run_id": self.run_id, "created": _dt.datetime.now().isoformat()},
+            self.file_mode,
+        )
+
+    def append_history(self, rows: list[dict]) -> None:
+        append_jsonl(self.path / "metrics.jsonl", rows, self.file_mode)
+
+    def append_epochs(self, rows: list[dict]) -> None:
+        append_jsonl(self.path / "epochs.jsonl", rows, self.file_mode)
+
+    def write_summary(self, summary: dict) -> None:
+        write_json_atomic(self.path / "summary.json", summary, self.file_mode)
+
+    @property
+    def stop_file(self) -> Path:
+        return self.path / STOP_FILE
+
+    def request_stop(self) -> None:
+        """Write the STOP file rank 0 polls; a deleted run folder is made again for it (and an
+        empty file needs no free blocks, so a full disk still takes it)."""
+        self.path.mkdir(mode=self.folder_mode, parents=True, exist_ok=True)
+        self.stop_file.touch(mode=self.file_mode)
+
+
+def load_run(path: Path | str) -> RunRecord:
+    """Read a run folder (finished or not). Raises FileNotFoundError naming the folder."""
+    path = Path(path)
+    if not (path / "config.json").exists():
+        raise FileNotFoundError(f"{path} is not an hpclab run folder (no config.json in it).")
+    return RunRecord(
+        path=path,
+        meta=read_record_json(path / "config.json"),
+        summary=read_record_json(path / "summary.json"),
+        history=pd.DataFrame(read_jsonl(path / "metrics.jsonl")),
+        epochs=pd.DataFrame(read_jsonl(path / "epochs.jsonl")),
+    )
+
+
+def unfinished_status(meta: dict, alive: str = "running?") -> str:
+    """A run without a summary: 'abandoned' when the process that ran it (config.json's
+    `client`, on this host) is gone — killed before it could record an end (its engines were
+    ended by hpclab.cluster.reaper) — else `alive` (it may still run, or runs on another host)."""
+    import platform
+
+    import psutil
+
+    client = meta.get("client") or {}
+    pid, created = client.get("pid"), meta.get("created")
+    if client.get("host") != platform.node() or not isinstance(pid, int):
+        return alive
+    try:
+        started = psutil.Process(pid).create_time()
+    except psutil.Error:
+        return "abandoned"
+    # the same pid, reused by a process started after the run was created, is not its client
+    created_s = _created_epoch(created)
+    return "abandoned" if created_s is not None and started > created_s + 1 else alive
+
+
+def _created_epoch(created) -> float | None:
+    try:
+        return _dt.datetime.fromisoformat(str(created)).timestamp()
+    except ValueError:
+        return None
+
+
+def list_runs(root: Path | str | None = None) -> pd.DataFrame:
+    """One row per recorded run under `root` (default: hpclab.records.paths.runs_dir()), newest first."""
+    root = Path(root) if root is not None else default_root()
+    rows = []
+    for cfg_path in sorted(root.glob("*/config.json")):
+        files = _readable(cfg_path)
+        if files is None:
+            continue
+        meta, summary = files
+        cfg = meta.get("config") if isinstance(meta.get("config"), dict) else {}
+        rows.append(
+            {
+                "run_id": meta.get("run_id", cfg_path.parent.name),
+                "status": summary.get("status") or unfinished_status(meta),
+                "name": cfg.get("name", ""),
+                "dataset": cfg.get("dataset"),
+                "model": cfg.get("model"),
+                "workers": meta.get("workers"),
+                "global_batch": meta.get("derived", {}).get("global_batch"),
+                "lr_scaling": cfg.get("lr_scaling"),
+                "optimizer": cfg.get("optimizer"),
+                "precision": cfg.get("precision"),
+                "val_accuracy": summary.get("val_accuracy"),
+                "samples_per_sec": summary.get("samples_per_sec"),
+                "wall_time_s": summary.get("wall_time_s"),
+                "created": meta.get("created"),
+                "path": str(cfg_path.parent),
+            }
+        )
+    df = pd.DataFrame(rows)
+    if not df.empty:
+        df = df.sort_values("created", ascending=False, na_position="last").reset_index(drop=True)
+    return df
+
+
+#: End states that are results of the config (seeded: a re-run ends the same way); a sweep reuses
+#: them. Stopped and failed runs are not results.
+RESULTS = ("finished", "diverged", "collapsed")
+
+
+def find_finished(root: Path | str | None, config: dict, workers: int) -> Path | None:
+    """The folder of a run with exactly this config and worker count that ended as one of
+    :data:`RESULTS`, if any."""
+    root = Path(root) if root is not None else default_root()
+    for cfg_path in sorted(root.glob("*/config.json")):
+        files = _readable(cfg_path)  # an unreadable record is no result: the point runs again
+        if files is None:
+            continue
+        meta, summary = files
+        if meta.get("config") == config and meta.get("workers") == workers:
+            if summary.get("status") in RESULTS:
+                return cfg_path.parent
+    return None

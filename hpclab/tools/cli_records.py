@@ -1,0 +1,175 @@
+"""``hpclab report`` and ``hpclab runs``: what is recorded on disk, as an HTML report or a table.
+
+Neither starts engines; both read run folders (``runs/<run_id>/config.json`` and friends).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from hpclab.tools.cli_progress import say
+
+# ---------------------------------------------------------------------------------------------
+# hpclab report
+# ---------------------------------------------------------------------------------------------
+
+
+def configure_report(parser: argparse.ArgumentParser) -> None:
+    """Options of ``hpclab report``."""
+    parser.add_argument(
+        "paths",
+        nargs="+",
+        type=Path,
+        metavar="RUN_DIR",
+        help="run folders, or a runs root (every run recorded under it)",
+    )
+    parser.add_argument(
+        "-o",
+        "--output",
+        type=Path,
+        default=Path("report.html"),
+        metavar="FILE",
+        help="the HTML file to write (default: report.html)",
+    )
+    parser.add_argument("--title", default="hpclab report", help="title of the report")
+
+
+def run_folders(paths: Sequence[Path]) -> list[Path]:
+    """Run folders named directly, or every run under a runs root; FileNotFoundError otherwise."""
+    found: list[Path] = []
+    for path in paths:
+        if (path / "config.json").is_file():
+            found.append(path)
+            continue
+        if not path.is_dir():
+            raise FileNotFoundError(
+                f"{path} does not exist; give run folders (runs/<run_id>) or "
+                "a runs root such as runs/."
+            )
+        inside = sorted(p.parent for p in path.glob("*/config.json"))
+        if not inside:
+            raise FileNotFoundError(
+                f"{path} is neither an hpclab run folder (no config.json) nor "
+                "a runs root with run folders in it."
+            )
+        found.extend(inside)
+    return list(dict.fromkeys(found))
+
+
+def report(args: argparse.Namespace) -> int:
+    """``hpclab report``: write the HTML report and print its path."""
+    from hpclab.core.errors import RecordError
+    from hpclab.records.store import load_run
+    from hpclab.views.charts.report import write_report
+
+    named = {p for p in args.paths if (p / "config.json").is_file()}
+    records = []
+    for folder in run_folders(args.paths):
+        try:
+            records.append(load_run(folder))
+        except RecordError as exc:
+            if folder in named:  # asked for by name: say why it cannot be reported
+                raise
+            say(f"hpclab report: skipping a run: {exc}")
+    if not records:
+        raise RecordError(f"no readable run in {', '.join(map(str, args.paths))}")
+    path = write_report(records, args.output, title=args.title)
+    print(path, flush=True)
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# hpclab runs
+# ---------------------------------------------------------------------------------------------
+
+#: (column in list_runs, title, format) of the runs table.
+COLUMNS = [
+    ("run_id", "run_id", "s"),
+    ("status", "status", "s"),
+    ("label", "label", "s"),
+    ("workers", "workers", "d"),
+    ("global_batch", "batch", "d"),
+    ("val_accuracy", "val_acc", ".3f"),
+    ("samples_per_sec", "samples/s", ",.0f"),
+    ("wall_time_s", "wall_s", ".1f"),
+]
+
+
+def configure_runs(parser: argparse.ArgumentParser) -> None:
+    """Options of ``hpclab runs``."""
+    parser.add_argument(
+        "--runs-dir",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="where runs are recorded (default: $HPCLAB_RUNS or <checkout>/runs)",
+    )
+
+
+def _fmt(value: Any, fmt: str) -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "-"
+    if fmt == "d" and isinstance(value, float) and value.is_integer():
+        value = int(value)  # pandas stores an int column with a gap as float
+    try:
+        return format(value, fmt)
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def show_runs(args: argparse.Namespace) -> int:
+    """``hpclab runs``: one table row per recorded run."""
+    from hpclab.records import paths
+    from hpclab.records.store import list_runs
+
+    root = args.runs_dir or paths.runs_dir()
+    if args.runs_dir is not None and root.is_file():
+        raise FileNotFoundError(
+            f"{root} is a file; give the folder your runs are recorded in (--runs-dir)."
+        )
+    if args.runs_dir is not None and not root.is_dir():
+        raise FileNotFoundError(
+            f"{root} does not exist; give the folder your runs are recorded in (--runs-dir)."
+        )
+    df = list_runs(root)
+    if df.empty:
+        print(f"no runs recorded in {root}")
+        return 0
+    rows = []
+    for _, r in df.iterrows():
+        row = r.to_dict()
+        row["label"] = _label_of(row)
+        rows.append([_fmt(row.get(key), fmt) for key, _, fmt in COLUMNS])
+    header = [title for _, title, _ in COLUMNS]
+    widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(header)]
+    right = {i for i, (_, _, fmt) in enumerate(COLUMNS) if fmt != "s"}
+
+    def line(cells):
+        return "  ".join(
+            c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))
+        ).rstrip()
+
+    print(line(header))
+    for row in rows:
+        print(line(row))
+    print(f"{len(rows)} run(s) in {root}")
+    return 0
+
+
+def _label_of(row: dict) -> str:
+    """The run's legend label (`b256 linear+wu1 ×2`), read from its config.json only."""
+    from hpclab.core.config import RunConfig
+
+    try:
+        meta = json.loads((Path(row["path"]) / "config.json").read_text())
+        return RunConfig.from_dict(meta["config"]).label(meta["workers"])
+    except (OSError, ValueError, KeyError, TypeError):  # ConfigError is a ValueError
+        return row.get("name") or "?"
+
+
+__all__ = ["configure_report", "report", "run_folders", "configure_runs", "show_runs"]

@@ -1,0 +1,2 @@
+"""views.charts: static plotly figures and tables from runs and records, and the HTML report.
+No ipywidgets here."""

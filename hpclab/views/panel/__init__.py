@@ -1,0 +1,1 @@
+"""views.panel: the ipywidgets side — the control panel and the live dashboard widget."""

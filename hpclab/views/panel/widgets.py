@@ -1,0 +1,293 @@
+"""The control panel's widgets and their layout: one widget per knob, Run/Stop, status, notes.
+
+:func:`build_widgets` makes them (named, each with a `hpclab-<name>` CSS class for browser tests
+and workshop CSS) with their starting values from a RunConfig; :func:`arrange` lays them out in
+three columns above the actions row and the dashboard. Nothing here reacts to a change: that
+wiring lives in :class:`hpclab.views.panel.panel.Panel`. ipywidgets is imported inside the functions,
+so importing this module stays fast.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hpclab.core.catalog import (
+    DATASETS,
+    LR_SCALINGS,
+    LR_SCHEDULES,
+    MAX_WORKERS,
+    OPTIMIZERS,
+    PRECISIONS,
+)
+from hpclab.core.catalog import models_for as _models_for
+from hpclab.core.config import RunConfig
+from hpclab.views.panel import sections
+from hpclab.views.panel.sections import DESC, WIDE
+from hpclab.views.panel.text import GREY, esc
+
+# The RunConfig fields that have a widget; every other field comes from the panel's `base` config.
+KNOBS = (
+    "dataset",
+    "model",
+    "num_samples",
+    "epochs",
+    "batch_per_worker",
+    "base_lr",
+    "base_batch",
+    "lr_scaling",
+    "warmup_epochs",
+    "lr_schedule",
+    "optimizer",
+    "lars_eta",
+    "precision",
+    # "where the time goes" (notebooks 06 and 07), in a section of their own
+    "straggler_rank",
+    "straggler_slowdown",
+    "batch_skew",
+    "validation",
+    "augment",
+    "augment_cost",
+    "shards",
+    "shuffle",
+    "timeline_steps",
+    # "beyond synchronous SGD" (notebooks 08 and 09), folded too
+    "update",
+    "average_every",
+    "groups",
+    "staleness",
+    "sdc_target",
+    "sdc_layer",
+    "sdc_bit",
+    "sdc_rank",
+    "sdc_step",
+    "spike_factor",
+    "rollback",
+)
+TIME_KNOBS = KNOBS[KNOBS.index("straggler_rank") : KNOBS.index("update")]
+ADVANCED_KNOBS = KNOBS[KNOBS.index("update") :]
+PREFERRED_MODELS = ("cnn1d", "resnet20")  # picked when a dataset change rules the model out
+
+PRECISION_HINT = (
+    "<b>float16</b> speed-ups need a GPU with Tensor Cores; on a CPU mixed_float16 is usually "
+    "<i>slower</i>. <b>bfloat16</b> on a CPU is for studying the numerics (loss curves, "
+    "divergence), not for speed."
+)
+
+
+def models_for(dataset: str) -> list[str]:
+    """Models RunConfig accepts for `dataset` (the rule lives in hpclab.core.catalog)."""
+    return list(_models_for(dataset))
+
+
+def build_widgets(base: RunConfig, workers: int) -> dict[str, Any]:
+    """Every widget of the panel by name: the KNOBS (starting at `base`'s values), `workers`,
+    the notes and hints, `overlay`, `derived`, `run`, `stop` and `status`."""
+    import ipywidgets as W
+
+    b = base
+    w: dict[str, Any] = {}
+    w["workers"] = W.BoundedIntText(
+        value=workers,
+        min=1,
+        max=MAX_WORKERS,
+        description="workers",
+        style=DESC,
+        layout={"width": "210px"},
+    )
+    w["workers_note"] = W.HTML()
+    w["dataset"] = W.Dropdown(
+        options=DATASETS, value=b.dataset, description="dataset", style=DESC, layout=WIDE
+    )
+    w["model"] = W.Dropdown(
+        options=models_for(b.dataset),
+        value=b.model,
+        description="model",
+        style=DESC,
+        layout=WIDE,
+    )
+    w["num_samples"] = W.BoundedIntText(
+        value=b.num_samples,
+        min=0,
+        max=10_000_000,
+        step=1000,
+        description="num samples",
+        style=DESC,
+        layout=WIDE,
+    )
+    w["epochs"] = W.BoundedFloatText(
+        value=b.epochs,
+        min=0,
+        max=10_000,
+        step=1,
+        description="epochs",
+        style=DESC,
+        layout=WIDE,
+    )
+    w["batch_per_worker"] = W.BoundedIntText(
+        value=b.batch_per_worker,
+        min=1,
+        max=65536,
+        description="batch per worker",
+        style=DESC,
+        layout={"width": "210px"},
+    )
+    w["global_batch"] = W.HTML()
+    w["base_lr"] = W.FloatText(
+        value=b.base_lr, step=0.01, description="base LR", style=DESC, layout=WIDE
+    )
+    w["base_batch"] = W.BoundedIntText(
+        value=b.base_batch,
+        min=1,
+        max=10_000_000,
+        description="base batch",
+        style=DESC,
+        layout=WIDE,
+    )
+    w["lr_scaling"] = W.ToggleButtons(
+        options=LR_SCALINGS,
+        value=b.lr_scaling,
+        tooltips=[
+            "peak LR = base LR",
+            "peak LR = base LR × global/base batch",
+            "peak LR = base LR × √(global/base batch)",
+        ],
+        style={"button_width": "64px"},
+    )
+    w["warmup_epochs"] = W.BoundedFloatText(
+        value=b.warmup_epochs,
+        min=0,
+        max=10_000,
+        step=0.5,
+        description="warm-up epochs",
+        style=DESC,
+        layout=WIDE,
+    )
+    w["lr_schedule"] = W.ToggleButtons(
+        options=LR_SCHEDULES, value=b.lr_schedule, style={"button_width": "80px"}
+    )
+    w["optimizer"] = W.Dropdown(
+        options=OPTIMIZERS,
+        value=b.optimizer,
+        description="optimizer",
+        style=DESC,
+        layout=WIDE,
+    )
+    w["lars_eta"] = W.BoundedFloatText(
+        value=b.lars_eta,
+        min=0,
+        max=10,
+        step=0.0005,
+        description="LARS trust η",
+        style=DESC,
+        layout=WIDE,
+    )
+    w["precision"] = W.Dropdown(
+        options=PRECISIONS,
+        value=b.precision,
+        description="precision",
+        style=DESC,
+        layout=WIDE,
+    )
+    w["precision_hint"] = W.HTML(
+        f"<div style='color:{GREY};font-size:12px;line-height:1.35;"
+        f"max-width:300px'>{PRECISION_HINT}</div>"
+    )
+    w["samples_hint"] = W.HTML()
+    sections.build(w, b, W)
+    w["overlay"] = W.Checkbox(
+        value=True, description="overlay earlier runs", indent=False, layout={"width": "170px"}
+    )
+    w["derived"] = W.HTML()
+    w["run"] = W.Button(
+        description="Run",
+        icon="play",
+        button_style="success",
+        tooltip="start a run with these settings",
+        layout={"width": "110px"},
+    )
+    w["stop"] = W.Button(
+        description="Stop",
+        icon="stop",
+        button_style="danger",
+        tooltip="ask every rank to stop after the same step",
+        layout={"width": "110px"},
+        disabled=True,
+    )
+    w["status"] = W.HTML()
+    for name, widget in w.items():  # stable hooks for browser tests and workshop CSS
+        widget.add_class(f"hpclab-{name}")
+    return w
+
+
+def arrange(w: dict[str, Any], below: Any = None) -> Any:
+    """The panel's one widget: three knob columns, the derived numbers, the actions row, and
+    `below` (the live dashboard's widget) if given."""
+    import ipywidgets as W
+
+    def labelled(label: str, widget: Any) -> W.HBox:  # ToggleButtons' own label wraps
+        return W.HBox(
+            [
+                W.HTML(
+                    f"<div style='text-align:right;padding-right:8px;"
+                    f"line-height:28px'>{esc(label)}</div>",
+                    layout={"width": DESC["description_width"]},
+                ),
+                widget,
+            ]
+        )
+
+    def column(title: str, *items) -> W.VBox:
+        return W.VBox([W.HTML(f"<b>{title}</b>"), *items], layout={"margin": "0 18px 0 0"})
+
+    columns = W.HBox(
+        [
+            column(
+                "Data and model",
+                w["dataset"],
+                w["model"],
+                w["num_samples"],
+                w["samples_hint"],
+                w["epochs"],
+            ),
+            column(
+                "Workers, batch and learning rate",
+                W.HBox([w["workers"], w["workers_note"]]),
+                W.HBox([w["batch_per_worker"], w["global_batch"]]),
+                w["base_lr"],
+                w["base_batch"],
+                labelled("LR scaling", w["lr_scaling"]),
+                w["warmup_epochs"],
+                labelled("after warm-up", w["lr_schedule"]),
+            ),
+            column(
+                "Optimizer and numerics",
+                w["optimizer"],
+                w["lars_eta"],
+                w["precision"],
+                w["precision_hint"],
+            ),
+        ],
+        layout={"flex_flow": "row wrap"},
+    )
+    time_section, advanced = sections.arrange(w, column, labelled, W)
+    actions = W.HBox(
+        [w["run"], w["stop"], w["overlay"], w["status"]], layout={"align_items": "center"}
+    )
+    parts = [columns, time_section, advanced, w["derived"], actions]
+    if below is not None:
+        parts.append(below)
+    box = W.VBox(parts)
+    box.add_class("hpclab-panel")
+    return box
+
+
+__all__ = [
+    "KNOBS",
+    "TIME_KNOBS",
+    "ADVANCED_KNOBS",
+    "PRECISION_HINT",
+    "PREFERRED_MODELS",
+    "models_for",
+    "build_widgets",
+    "arrange",
+]
