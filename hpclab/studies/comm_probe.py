@@ -32,14 +32,7 @@ def allreduce_sweep(lab, sizes=SIZES, repeats: int = 10) -> pd.DataFrame:
         raise ConfigError(f"sizes must be byte counts from 4 to 2**30; you passed {sizes!r}.")
     if not (isinstance(repeats, int) and 1 <= repeats <= 1000):
         raise ConfigError(f"repeats must be an integer from 1 to 1000; you passed {repeats!r}.")
-    if not lab.healthy:
-        raise ConfigError("allreduce_sweep needs a running lab; call lab.restart() first.")
-    ids = sorted(lab.client.ids)
-    per_rank = (
-        lab.client[ids]
-        .apply_async(collectives.allreduce_times, sizes, repeats)
-        .get(timeout=TIMEOUT_S)
-    )
+    per_rank = lab.apply(collectives.allreduce_times, sizes, repeats, timeout=TIMEOUT_S)
     frame = pd.DataFrame([row for rows in per_rank for row in rows if row["rank"] == 0])
     hosts = {r.get("node") or r.get("host") for r in lab.ranks}
     frame["where"] = "intra-node" if len(hosts) <= 1 else f"{len(hosts)} nodes"

@@ -44,8 +44,6 @@ def probe(
     from hpclab.rank.probes import stores
 
     _check_args(layout, shuffle, epochs, num_samples, latency_ms, stores)
-    if not lab.healthy:
-        raise ConfigError("probe needs a running lab; call lab.restart() first.")
     root = Path(lab.runs_dir) / ".stores" / f"mnist1d-n{num_samples}-s{seed}"
     arrays = data.load_arrays(
         {"dataset": "mnist1d", "num_samples": num_samples, "seed": seed}, lab.data_dir
@@ -56,20 +54,16 @@ def probe(
     if stage:
         shm = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
         stage_to = str(Path(shm) / f"hpclab-{getpass.getuser()}-{os.getpid()}")
-    ids = sorted(lab.client.ids)
-    per_rank = (
-        lab.client[ids]
-        .apply_async(
-            stores.rank_epochs,
-            str(root),
-            layout,
-            shuffle,
-            epochs,
-            seed=seed,
-            latency_ms=latency_ms,
-            stage_to=stage_to,
-        )  # fmt: skip
-        .get(timeout=TIMEOUT_S)
+    per_rank = lab.apply(
+        stores.rank_epochs,
+        str(root),
+        layout,
+        shuffle,
+        epochs,
+        seed=seed,
+        latency_ms=latency_ms,
+        stage_to=stage_to,
+        timeout=TIMEOUT_S,
     )
     rows = [row for rank_rows in per_rank for row in rank_rows]
     frame = pd.DataFrame(rows).sort_values(["epoch", "rank"], ignore_index=True)

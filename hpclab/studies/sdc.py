@@ -79,11 +79,8 @@ def monte_carlo(
     record.mkdir(mode=0o700, exist_ok=True)
     plan = {"bits": bits, "trials": trials, "steps": steps, "rank": rank, "layers": layers,
             "seed": seed}  # fmt: skip
-    ids = sorted(lab.client.ids)
-    outs = (
-        lab.client[ids]
-        .apply_async(sdc_trials.run, cfg.to_dict(), str(record), str(lab.data_dir), plan)
-        .get(timeout=TIMEOUT_S)
+    outs = lab.apply(
+        sdc_trials.run, cfg.to_dict(), str(record), str(lab.data_dir), plan, timeout=TIMEOUT_S
     )
     out = outs[rank]  # (the flipping rank knows the values it flipped; the rest is global)
     if out["clean"] is None:
