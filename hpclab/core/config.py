@@ -1,8 +1,17 @@
 """RunConfig: every knob of one training run, validated before any engine starts.
 
-One frozen dataclass, a short explanation beside each field (the nanoGPT way), kept as the
-field's ``metadata["help"]`` so the CLI shows the same words. Plain dicts cross to the
-engines (`to_dict`), never this object, so engines need nothing from the client's session.
+The fields are generated from the knob table, :mod:`hpclab.core.knobs`: each field's type and
+default come from its row, its one-line help is the field's ``metadata["help"]`` (the CLI shows
+the same words) and its row is ``metadata["knob"]``. Each value is checked against its row, then
+the rules between knobs (:mod:`hpclab.core.config_rules`) run, so a config that exists is valid.
+
+The config is flat, and sections are a property of each knob, not nested objects:
+``RunConfig(batch_per_worker=128)``, ``cfg.lr_schedule``, and the same flat names in notebooks,
+in the records on disk (``to_dict``) and on the command line (``--batch-per-worker``). A knob
+that moves to another section breaks none of them; ``cfg.section("straggler")`` reads one
+section's values. Plain dicts cross to the engines (`to_dict`), never this object, so engines
+need nothing from the client's session.
+
 Derived numbers (global batch, scaled peak LR, steps per epoch) are computed here, in one place,
 by the pure rules in :mod:`hpclab.core.scaling`.
 """
@@ -22,109 +31,51 @@ from hpclab.core.catalog import (
     MAX_TOTAL_STEPS,
     STAGED_SIZES,
 )
-from hpclab.core.config_rules import check_workers, fail, validate
+from hpclab.core.config_rules import check_workers, validate
 from hpclab.core.errors import ConfigError
+from hpclab.core.knobs import KNOBS, Knob, fail
+
+#: Settings Horovod reads once at hvd.init(): they leave RunConfig for the Lab's engine settings,
+#: so they are not in the knob table.
+ENGINE_KNOBS = (
+    Knob(
+        "hvd_cycle_time_ms",
+        "float",
+        0.1,
+        "Horovod: background cycle between collectives (ms)",
+        "cycle time ms",
+        lo=0.0,
+        lo_open=True,
+        hi=1000.0,
+        section="Horovod engine",
+    ),
+    Knob(
+        "hvd_fusion_mb",
+        "float",
+        64.0,
+        "Horovod: tensor-fusion buffer (MB; 0 = no fusion)",
+        "fusion MB",
+        lo=0.0,
+        hi=4096.0,
+        section="Horovod engine",
+    ),
+)
+#: The knobs a RunConfig holds, in field order.
+FIELDS: tuple[Knob, ...] = (*KNOBS, *ENGINE_KNOBS)
 
 
-def knob(default: Any, help: str) -> Any:
-    """A RunConfig field with its one-line explanation (`hpclab run --help` shows it)."""
-    return field(default=default, metadata={"help": help})
+def _with_knob_fields(cls: type) -> type:
+    """``cls`` as a frozen dataclass with one field per row of FIELDS (type, default, help)."""
+    cls.__annotations__ = {k.name: k.type for k in FIELDS}
+    for k in FIELDS:
+        setattr(cls, k.name, field(default=k.default, metadata={"help": k.help, "knob": k}))
+    return dataclass(frozen=True)(cls)
 
 
-_HELD_OUT = f"{GENERATED_VALIDATION_FRACTION:.0%} held out for validation"
-
-
-@dataclass(frozen=True)
+@_with_knob_fields
 class RunConfig:
-    """One training run. All sizes are per worker unless the name says global."""
-
-    # -- data and model -------------------------------------------------------------------
-    dataset: str = knob(
-        "mnist1d", "the data: generated (mnist1d, blobs, synthetic) or staged in data/"
-    )
-    num_samples: int = knob(40960, f"mnist1d/blobs/synthetic: samples generated ({_HELD_OUT})")
-    image_shape: tuple = knob((32, 32, 3), "synthetic: H, W, C of the random images")
-    synthetic_classes: int = knob(10, "synthetic: label classes (1000 = ImageNet's head)")
-    model: str = knob("cnn1d", "the network; it must accept the dataset's input (1-D or images)")
-    # -- batch and learning rate --------------------------------------------------------------
-    batch_per_worker: int = knob(64, "samples per rank per step; global batch = this x workers")
-    epochs: float = knob(6, "passes over the training set (fractions allowed)")
-    optimizer: str = knob("momentum", "the update rule (lars and lamb for large batches)")
-    base_lr: float = knob(0.05, "learning rate that works at `base_batch`")
-    base_batch: int = knob(64, "the global batch `base_lr` was tuned for")
-    lr_scaling: str = knob("linear", "how the peak LR follows the global batch")
-    warmup_epochs: float = knob(
-        1.0, "linear ramp up to the peak LR from peak x base_batch / global batch (Goyal et al.)"
-    )
-    lr_schedule: str = knob("constant", "what follows warm-up: constant, cosine or poly (LARS)")
-    momentum: float = knob(0.9, "momentum / lars / lamb(beta1) / adam(beta1)")
-    weight_decay: float = knob(0.0, "L2 coefficient (decoupled for lamb, in-gradient for lars)")
-    lars_eta: float = knob(0.001, "LARS trust coefficient (You et al. 2017)")
-    # -- numerics and communication ----------------------------------------------------------------
-    precision: str = knob("float32", "the compute dtype (mixed_* keep float32 weights)")
-    loss_scaling: bool = knob(
-        True, "mixed_float16: dynamic loss scaling (off: see what underflows)"
-    )
-    fp16_allreduce: bool = knob(False, "Horovod: compress gradients to float16 for the allreduce")
-    # -- engine behaviour ----------------------------------------------------------------------
-    steps_per_call: int = knob(0, "optimizer steps per compiled call (0 = auto, ~0.15 s a call)")
-    xla: bool = knob(False, "XLA-compile forward and backward (pays off on GPUs; see docs)")
-    grad_allreduce: str = knob(
-        "grouped", "grouped (one fused op) or per_tensor (overlaps backprop)"
-    )
-    hvd_cycle_time_ms: float = knob(0.1, "Horovod: background cycle between collectives (ms)")
-    hvd_fusion_mb: float = knob(64.0, "Horovod: tensor-fusion buffer (MB; 0 = no fusion)")
-    # -- where the time goes (hpclab.core.pop) ------------------------------------------------------
-    straggler_rank: int = knob(-1, "the rank slowed on purpose (-1 = none)")
-    straggler_slowdown: float = knob(
-        0.0, "straggler: % of its speed lost (30: its compute takes 1/0.7 = 1.43x as long)"
-    )
-    straggler_ms: float = knob(0.0, "straggler: extra milliseconds of compute every step")
-    batch_skew: float = knob(0.0, "rank 0's batch this % larger, the others' smaller (same total)")
-    validation: str = knob(
-        "sharded", "held-out evaluation: sharded over ranks, or rank0 alone (the others wait)"
-    )
-    augment: str = knob(
-        "none", "input augmentation: none, online (every batch, in the step) or offline (once)"
-    )
-    augment_cost: int = knob(1, "augmentation work: noise passes per batch (same statistics)")
-    shards: str = knob("iid", "rank shards: iid, or by_label (sorted by class first: non-iid)")
-    shuffle: str = knob("local", "each epoch: local (own shard) or global (all data dealt anew)")
-    timeline_steps: int = knob(
-        0, "record Horovod's timeline over this many steps after the first call (0 = off)"
-    )
-    # -- beyond synchronous SGD (hpclab.rank.features.averaging) ----------------------------------------
-    update: str = knob(
-        "sync",
-        "sync (average gradients), local_sgd (average models), hybrid (sync groups, models "
-        "averaged across them) or crossbow (SMA)",
-    )
-    average_every: int = knob(
-        1, "local_sgd, hybrid: steps between model averages (H; 1 = sync SGD)"
-    )
-    groups: int = knob(1, "hybrid: synchronous groups of consecutive ranks (divides workers)")
-    staleness: int = knob(0, "apply the averaged gradient of this many steps ago (asynchrony)")
-    # -- silent data corruption (hpclab.rank.features.sdc) ----------------------------------------------
-    sdc_target: str = knob("none", "flip one bit of: none, weights, gradients or activations")
-    sdc_layer: int = knob(0, "SDC: which layer with weights (0 = the first conv/dense layer)")
-    sdc_bit: int = knob(30, "SDC: the float32 bit flipped (31 sign, 30-23 exponent, 22-0 mantissa)")
-    sdc_rank: int = knob(0, "SDC: the rank whose tensor is hit")
-    sdc_step: int = knob(10, "SDC: the optimizer step hit (0-based; weights flip just before it)")
-    spike_factor: float = knob(
-        0.0, "loss-spike detector: fire when a step's loss > this x its running mean (0 = off)"
-    )
-    rollback: bool = knob(False, "on a loss spike, every rank restores its last good state")
-    publish_every_s: float = knob(0.5, "live telemetry cadence in seconds (0 = telemetry off)")
-    noise_scale: bool = knob(True, "estimate the gradient noise scale (McCandlish et al. 2018)")
-    time_split: bool = knob(
-        True, "time each step's parts in the graph (hpclab.core.pop; on with a straggler)"
-    )
-    eval_every: int = knob(0, "steps between evaluations on the held-out subset (0 = auto: 40)")
-    eval_samples: int = knob(2048, "held-out samples evaluated every eval_every steps (0 = off)")
-    max_steps: int = knob(0, "stop after this many steps (0 = run all epochs)")
-    seed: int = knob(0, "data generation, shuffling and weight init")
-    name: str = knob("", "optional label shown in legends and run listings")
-    tags: tuple = knob((), "free-form labels (e.g. the sweep a run belongs to)")
+    """One training run. All sizes are per worker unless the name says global; every field is a
+    row of the knob table (hpclab.core.knobs, docs/knobs.md)."""
 
     def __post_init__(self) -> None:
         # Normalise list-valued fields coming from JSON/CLI into tuples (hashable, frozen).
@@ -132,7 +83,19 @@ class RunConfig:
             value = getattr(self, name)
             if isinstance(value, list):
                 object.__setattr__(self, name, tuple(value))
+        for k in FIELDS:  # each value on its own, then the rules between knobs
+            k.check(getattr(self, k.name))
         validate(self)
+
+    def section(self, name: str) -> dict[str, Any]:
+        """The values of one section of the knob table (hpclab.core.knobs.SECTIONS), by name."""
+        rows = [k for k in FIELDS if k.section == name]
+        if not rows:
+            sections = sorted({k.section for k in FIELDS})
+            raise ConfigError(
+                f"RunConfig has no section {name!r}; sections: {', '.join(sections)}."
+            )
+        return {k.name: getattr(self, k.name) for k in rows}
 
     # -- derived numbers ------------------------------------------------------------------------
     def global_batch(self, workers: int) -> int:
@@ -308,4 +271,4 @@ class RunConfig:
 
 
 def field_names() -> list[str]:
-    return [f.name for f in dataclasses.fields(RunConfig)]
+    return [k.name for k in FIELDS]

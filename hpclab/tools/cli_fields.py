@@ -1,133 +1,82 @@
 """RunConfig fields as command-line options: ``--batch-per-worker 128``, ``--lr-scaling sqrt``.
 
-One option per :class:`hpclab.core.config.RunConfig` field, generated from the dataclass: the option's
-kind from the field's type (choices from :mod:`hpclab.core.catalog`), its help from the field's
-``metadata["help"]`` — the explanation written beside the field in core/config.py — and its default
-from the field's default. ``hpclab run`` takes one value per option; ``hpclab sweep`` takes
-comma-separated values and runs every combination.
+One option per :class:`hpclab.core.config.RunConfig` field, generated from its row of the knob
+table (:mod:`hpclab.core.knobs`): the option's kind and choices, its help and its default come
+from the row, and the options are listed in one argument group per section of the table, so
+``hpclab run --help`` reads in sections. ``hpclab run`` takes one value per option; ``hpclab
+sweep`` takes comma-separated values and runs every combination. Bounds are left to RunConfig,
+whose sentence names the field, the value and what is allowed.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import math
 import re
-import typing
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
-from hpclab.core import catalog
-from hpclab.core.config import RunConfig
-
-#: Fields whose value is one name from a catalogue.
-CHOICES = catalog.CHOICES
+from hpclab.core.config import FIELDS
+from hpclab.core.knobs import SECTIONS, Knob, by_section
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
 
 
-@dataclass(frozen=True)
-class Field:
-    """One RunConfig field as the command line sees it."""
-
-    name: str
-    kind: str  # choice | int | float | bool | shape | strings | str
-    default: Any
-    choices: tuple = ()
-    help: str = ""
-
-    @property
-    def option(self) -> str:
-        return "--" + self.name.replace("_", "-")
-
-    @property
-    def dest(self) -> str:
-        return "field_" + self.name
-
-    def metavar(self, many: bool) -> str:
-        if self.kind == "choice":
-            return "{" + ",".join(self.choices) + "}" + ("[,...]" if many else "")
-        if self.kind == "shape":
-            return "H,W,C" if not many else "HxWxC[,...]"
-        if self.kind == "strings":
-            return "TAG[,TAG...]"
-        if self.kind == "str":
-            return "TEXT"  # one value, also in a sweep
-        base = {"int": "N", "float": "X", "bool": "BOOL"}[self.kind]
-        return base + ("[,...]" if many else "")
-
-    def default_text(self) -> str:
-        d = self.default
-        if self.kind == "shape":
-            return ",".join(map(str, d))
-        if self.kind == "strings":
-            return ",".join(d) or "none"
-        if self.kind == "str":
-            return repr(d)
-        return f"{d:g}" if isinstance(d, float) else str(d)
+def dest(knob: Knob) -> str:
+    """Where argparse keeps the option's value (``field_<name>``)."""
+    return "field_" + knob.name
 
 
-def _kind(name: str, hint: Any) -> str:
-    if name in CHOICES:
-        return "choice"
-    if hint is bool:
-        return "bool"
-    if hint is int:
-        return "int"
-    if hint is float:
-        return "float"
-    if name == "image_shape":
-        return "shape"
-    if hint is tuple:
-        return "strings"
-    return "str"
+def metavar(knob: Knob, many: bool) -> str:
+    if knob.kind == "choice":
+        return "{" + ",".join(knob.choices) + "}" + ("[,...]" if many else "")
+    if knob.kind == "shape":
+        return "H,W,C" if not many else "HxWxC[,...]"
+    if knob.kind == "tags":
+        return "TAG[,TAG...]"
+    if knob.kind == "text":
+        return "TEXT"  # one value, also in a sweep
+    base = {"int": "N", "float": "X", "bool": "BOOL"}[knob.kind]
+    return base + ("[,...]" if many else "")
 
 
-def fields() -> list[Field]:
-    """Every RunConfig field, in declaration order, with the help text from its metadata."""
-    hints = typing.get_type_hints(RunConfig)
-    out = []
-    for f in dataclasses.fields(RunConfig):
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-        out.append(
-            Field(
-                name=f.name,
-                kind=_kind(f.name, hints[f.name]),
-                default=default,
-                choices=tuple(CHOICES.get(f.name, ())),
-                help=f.metadata["help"],  # every field has one (tests/test_cli.py)
-            )
-        )
-    return out
+def default_text(knob: Knob) -> str:
+    d = knob.default
+    if knob.kind == "shape":
+        return ",".join(map(str, d))
+    if knob.kind == "tags":
+        return ",".join(d) or "none"
+    if knob.kind == "text":
+        return repr(d)
+    return f"{d:g}" if isinstance(d, float) else str(d)
 
 
-def convert(field: Field, text: str) -> Any:
-    """One value of `field` from text; argparse turns ArgumentTypeError into one sentence."""
+def convert(knob: Knob, text: str) -> Any:
+    """One value of `knob` from text; argparse turns ArgumentTypeError into one sentence."""
     text = text.strip()
     try:
-        if field.kind == "int":
+        if knob.kind == "int":
             return int(text)
-        if field.kind == "float":
+        if knob.kind == "float":
             value = float(text)
             if not math.isfinite(value):
                 raise ValueError
             return value
     except ValueError:
-        kind = "an integer" if field.kind == "int" else "a finite number"
+        kind = "an integer" if knob.kind == "int" else "a finite number"
         raise argparse.ArgumentTypeError(f"{text!r} is not {kind}") from None
-    if field.kind == "choice":
-        if text not in field.choices:
-            raise argparse.ArgumentTypeError(f"{text!r} is not one of {', '.join(field.choices)}")
+    if knob.kind == "choice":
+        if text not in knob.choices:
+            raise argparse.ArgumentTypeError(f"{text!r} is not one of {', '.join(knob.choices)}")
         return text
-    if field.kind == "bool":
+    if knob.kind == "bool":
         if text.lower() in _TRUE:
             return True
         if text.lower() in _FALSE:
             return False
         raise argparse.ArgumentTypeError(f"{text!r} is not true or false")
-    if field.kind == "shape":
+    if knob.kind == "shape":
         parts = re.split(r"[,x]", text)
         try:
             shape = tuple(int(p) for p in parts)
@@ -138,38 +87,39 @@ def convert(field: Field, text: str) -> Any:
                 f"{text!r} is not an image shape: give height, width and channels, e.g. 32,32,3"
             )
         return shape
-    if field.kind == "strings":
+    if knob.kind == "tags":
         return tuple(t.strip() for t in text.split(",") if t.strip())
     return text
 
 
-def _one(field: Field) -> Callable[[str], Any]:
-    return lambda text: convert(field, text)
+def _one(knob: Knob) -> Callable[[str], Any]:
+    return lambda text: convert(knob, text)
 
 
-def _many(field: Field) -> Callable[[str], list]:
+def _many(knob: Knob) -> Callable[[str], list]:
     """Comma-separated values for a sweep (a shape is HxWxC there; 32,32,3 alone is one shape)."""
 
     def parse(text: str) -> list:
-        if field.kind in ("strings", "str"):
-            return [convert(field, text)]  # a name / a tag list is one value, not swept
-        if field.kind == "shape" and "x" not in text:
-            return [convert(field, text)]
+        if knob.kind in ("tags", "text"):
+            return [convert(knob, text)]  # a name / a tag list is one value, not swept
+        if knob.kind == "shape" and "x" not in text:
+            return [convert(knob, text)]
         items = [t for t in text.split(",") if t.strip()]
         if not items:
             raise argparse.ArgumentTypeError("no value given")
-        return [convert(field, t) for t in items]
+        return [convert(knob, t) for t in items]
 
     return parse
 
 
 def add_field_options(parser: argparse.ArgumentParser, *, many: bool) -> None:
-    """One option per RunConfig field; with `many`, each takes comma-separated values (a sweep).
+    """One option per RunConfig field, one argument group per section of the knob table; with
+    `many`, each takes comma-separated values (a sweep).
 
     Options not given are absent from the namespace, so RunConfig's own defaults apply.
     """
     group = parser.add_argument_group(
-        "run configuration (hpclab.RunConfig fields)"
+        "run configuration (hpclab.RunConfig fields, in the sections of docs/knobs.md)"
         if not many
         else "run configuration (hpclab.RunConfig fields; comma-separated values are swept)"
     )
@@ -180,45 +130,54 @@ def add_field_options(parser: argparse.ArgumentParser, *, many: bool) -> None:
         help="start from a named preset (hpclab.core.presets: workshop, quick, cluster_gpu); the "
         "options below override it (their defaults shown are the workshop preset's)",
     )
-    for f in fields():
-        help_text = f"{f.help} (default: {f.default_text()})".replace("%", "%%")
-        if f.kind == "bool":
-            if many:
-                group.add_argument(
-                    f.option,
-                    dest=f.dest,
-                    nargs="?",
-                    const=[True],
-                    type=_many(f),
-                    default=argparse.SUPPRESS,
-                    metavar="true,false",
-                    help=help_text[:-1] + f"; --no-{f.option[2:]} for false, "
-                    "true,false to sweep both)",
-                )
-                group.add_argument(
-                    "--no-" + f.option[2:],
-                    dest=f.dest,
-                    action="store_const",
-                    const=[False],
-                    default=argparse.SUPPRESS,
-                    help=argparse.SUPPRESS,
-                )
-            else:
-                group.add_argument(
-                    f.option,
-                    dest=f.dest,
-                    action=argparse.BooleanOptionalAction,
-                    default=argparse.SUPPRESS,
-                    help=help_text,
-                )
-            continue
+    for section, rows in by_section(FIELDS).items():
+        group = parser.add_argument_group(f"{section}: {SECTIONS[section]}")
+        for knob in rows:
+            _add_option(group, knob, many)
+    others = dict.fromkeys(k.section for k in FIELDS if k.section not in SECTIONS)
+    for section in others:  # fields that are not rows of the table (the engine's settings)
+        group = parser.add_argument_group(section)
+        for knob in (k for k in FIELDS if k.section == section):
+            _add_option(group, knob, many)
+
+
+def _add_option(group, knob: Knob, many: bool) -> None:
+    help_text = f"{knob.help} (default: {default_text(knob)})".replace("%", "%%")
+    if knob.kind != "bool":
         group.add_argument(
-            f.option,
-            dest=f.dest,
-            type=_many(f) if many else _one(f),
+            knob.option,
+            dest=dest(knob),
+            type=_many(knob) if many else _one(knob),
             default=argparse.SUPPRESS,
-            metavar=f.metavar(many),
+            metavar=metavar(knob, many),
             help=help_text,
+        )
+    elif not many:
+        group.add_argument(
+            knob.option,
+            dest=dest(knob),
+            action=argparse.BooleanOptionalAction,
+            default=argparse.SUPPRESS,
+            help=help_text,
+        )
+    else:
+        group.add_argument(
+            knob.option,
+            dest=dest(knob),
+            nargs="?",
+            const=[True],
+            type=_many(knob),
+            default=argparse.SUPPRESS,
+            metavar="true,false",
+            help=help_text[:-1] + f"; --no-{knob.option[2:]} for false, true,false to sweep both)",
+        )
+        group.add_argument(
+            "--no-" + knob.option[2:],
+            dest=dest(knob),
+            action="store_const",
+            const=[False],
+            default=argparse.SUPPRESS,
+            help=argparse.SUPPRESS,
         )
 
 
@@ -235,9 +194,9 @@ def field_values(args: argparse.Namespace) -> dict[str, Any]:
 
 
 __all__ = [
-    "CHOICES",
-    "Field",
-    "fields",
+    "dest",
+    "metavar",
+    "default_text",
     "convert",
     "add_field_options",
     "base_config",
