@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from hpclab.cluster.profiles import parse
-from hpclab.core.errors import ConfigError
+from hpclab.core.errors import ConfigError, LabError
 from hpclab.tools import cli, cli_profiles, doctor_profile
 
 GPU = """
@@ -400,3 +400,56 @@ def test_doctor_profile_without_slurm_commands_names_them(folder, fake_bin, caps
     assert "srun is not on PATH" in err and "sbatch is not on PATH" in err
     code, _, err = hpclab(capsys, "doctor", "--profile", "nope")
     assert code == 2 and "profile 'nope' was not found" in err
+
+
+class _FakeLab:
+    """What `doctor_profile.check_allreduce` reads of a started Lab; `apply` answers as told."""
+
+    workers, launcher, lost = 2, "mpiexec", None
+
+    def __init__(self, answer):
+        self.answer = answer
+        self.ranks = [
+            {"rank": r, "size": 2, "pid": 100 + r, "host": "n1", "local_rank": r} for r in (0, 1)
+        ]
+
+    def apply(self, fn, timeout):
+        assert fn is doctor_profile.rank_allreduce
+        if isinstance(self.answer, Exception):
+            if "still ran" in str(self.answer):
+                self.lost = str(self.answer)
+            raise self.answer
+        return self.answer
+
+
+def _probe(rank, value):
+    return {"rank": rank, "value": value, "controller": "MPI", "seconds": 0.001}
+
+
+@pytest.mark.parametrize(
+    "answer, ok, words",
+    [
+        ([_probe(0, 3.0), _probe(1, 3.0)], True, "all 2 ranks agree: 3 (mpiexec"),
+        ([_probe(0, 3.0), _probe(1, 2.0)], False, "returned [3.0, 2.0] instead of 3 on every"),
+        ([_probe(0, 1.0), _probe(0, 1.0)], False, "formed Horovod ranks [0] instead of one job"),
+        (
+            LabError("rank_allreduce failed on the lab's ranks: rank 1 raised X: y."),
+            False,
+            "failed on the engines (rank_allreduce failed on the lab's ranks: rank 1 raised X: y)",
+        ),
+        (
+            LabError("rank(s) [1] still ran after 5 s; every rank was ended"),
+            False,
+            "did not finish on every rank within 5 s; the ranks are probably not in one MPI job",
+        ),
+    ],
+)
+def test_both_doctors_judge_the_allreduce_by_one_check(answer, ok, words):
+    check = doctor_profile.check_allreduce(_FakeLab(answer), timeout=5)
+    assert check.label == "allreduce" and check.ok is ok and words in check.text, check.text
+    if isinstance(answer, list) and answer[1]["rank"] == 1:
+        assert [label for label, _ in check.details] == ["rank 0/2", "rank 1/2"]
+        assert (
+            "pid 101 on n1, local rank 1, controller MPI: allreduce(sum of rank+1) = "
+            in (check.details[1][1])
+        )

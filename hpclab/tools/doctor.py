@@ -8,7 +8,8 @@ Stages, each timed:
               and that its ops link the same libmpi that mpi4py loads;
 3. devices    TensorFlow's CPU and GPU devices;
 4. engines    (skipped with ``--quick``) start 2 ipyparallel MPI engines, ``hvd.init()`` on both,
-              allreduce each rank's ``rank + 1`` and check that every rank got ``1 + 2 = 3``.
+              allreduce each rank's ``rank + 1`` and check that every rank got ``1 + 2 = 3``
+              (:func:`hpclab.tools.doctor_profile.check_allreduce`, shared with ``--profile``).
 
 ``--profile X`` checks a cluster profile instead (:mod:`hpclab.tools.doctor_profile`).
 Any failure ends the run with exit code 1 and one sentence that says what to do
@@ -259,19 +260,6 @@ def check_devices(tf: Any) -> None:
         )
 
 
-def _engine_probe() -> dict[str, Any]:
-    """Runs on every engine (Horovod already initialised by `Lab`): allreduce ``rank + 1``."""
-    import horovod.tensorflow as hvd
-
-    from hpclab.rank import engine
-
-    result = engine.allreduce_check()
-    result["controller"] = (
-        "MPI" if hvd.mpi_enabled() else ("Gloo" if hvd.gloo_enabled() else "unknown")
-    )
-    return result
-
-
 def check_engines(timeout: float, workers: int = WORKERS) -> None:
     """Stage 4: real MPI engines, real Horovod, one allreduce with a known answer.
 
@@ -282,7 +270,6 @@ def check_engines(timeout: float, workers: int = WORKERS) -> None:
     from hpclab.cluster.lab import Lab
 
     mpiexec = _mpiexec()
-    expected = float(sum(range(1, workers + 1)))
     print(f"Engines ({workers} MPI ranks via {mpiexec})", flush=True)
     start = time.perf_counter()
     try:
@@ -305,39 +292,12 @@ def check_engines(timeout: float, workers: int = WORKERS) -> None:
             "started",
             f"{workers} engines with Horovod initialised in {time.perf_counter() - start:.1f} s",
         )
-        start = time.perf_counter()
-        try:
-            probes = lab.view.apply_async(_engine_probe).get(timeout=timeout)
-        except TimeoutError:
-            raise DoctorError(
-                f"The allreduce did not finish within {timeout:.0f} s on the engines; "
-                "the ranks are probably not in one MPI job, so run `make setup` again."
-            ) from None
-        except ipp.error.RemoteError as err:
-            raise DoctorError(
-                f"The allreduce failed on the engines ({_remote_reason(err)}); run `make setup` to rebuild Horovod."
-            ) from None
-        _row("allreduce in", f"{time.perf_counter() - start:.1f} s")
-        by_rank = {p["rank"]: p for p in probes}
-        for rank_info in lab.ranks:
-            probe = by_rank.get(rank_info["rank"], {})
-            _row(
-                f"rank {rank_info['rank']}/{rank_info['size']}",
-                f"pid {rank_info['pid']} on {rank_info['host']}, local rank {rank_info['local_rank']}, "
-                f"controller {probe.get('controller', '?')}: allreduce(sum of rank+1) = {probe.get('value', float('nan')):g}",
-            )
-        if sorted(by_rank) != list(range(workers)) or any(r["size"] != workers for r in lab.ranks):
-            raise DoctorError(
-                f"The engines formed Horovod ranks {sorted(by_rank)} instead of one job of {workers}; "
-                "Horovod and mpiexec are probably different MPIs, so run `make setup` again."
-            )
-        values = [by_rank[r]["value"] for r in sorted(by_rank)]
-        if any(v != expected for v in values):
-            raise DoctorError(
-                f"The allreduce returned {values} instead of {expected:g} on every rank; "
-                "Horovod's collectives are broken here, so rebuild it with `make setup`."
-            )
-        _row("allreduce", f"all {workers} ranks agree: {expected:g} (expected {expected:g})")
+        check = doctor_profile.check_allreduce(lab, timeout)
+        for label, text in check.details:
+            _row(label, text)
+        if not check.ok:
+            raise DoctorError(check.text)
+        _row("allreduce", check.text)
         start = time.perf_counter()
     _row("stopped", f"engines and controller in {time.perf_counter() - start:.1f} s")
 

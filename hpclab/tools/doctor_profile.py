@@ -9,7 +9,8 @@ One line per check, each `ok`, `FAILED` (with one sentence naming the fix) or `s
 * `network.interface` has an IPv4 address here (`network.controller_ip` is one of this host's);
 * the runs and state folders exist, or can be created, and are writable;
 * unless ``--quick``: a real 2-rank Horovod allreduce through the profile's launch plan
-  (`Lab(workers=2, profile=X)`), expecting 1 + 2 = 3 on every rank. An srun profile outside an
+  (`Lab(workers=2, profile=X)`), expecting 1 + 2 = 3 on every rank: `check_allreduce`, the
+  same check plain `hpclab doctor` runs. An srun profile outside an
   allocation skips it and says how to run it inside one (`salloc -n2 ...`).
 
 Any failure: exit 1, the sentences repeated on stderr. Imports no TensorFlow on this side.
@@ -44,6 +45,7 @@ class Check:
     label: str
     ok: bool | None
     text: str  # what was found; for a failure, one sentence that names the fix
+    details: tuple[tuple[str, str], ...] = ()  # (label, text) rows, e.g. one per rank
 
     def line(self) -> str:
         status = {True: "ok", False: "FAILED", None: "skipped"}[self.ok]
@@ -215,42 +217,80 @@ def check_folder(label: str, path: Path, key: str, source: str) -> Check:
     return Check(label, True, f"{path} (created when a Lab starts, under {parent})")
 
 
-def check_allreduce(choice: str, timeout: float) -> Check:
-    """2 engines through the profile's plan, Horovod on each, allreduce(rank + 1) == 3 on both."""
+def rank_allreduce() -> dict:
+    """Runs on every engine (Horovod initialised by `Lab`): allreduce ``rank + 1``, and say
+    which controller Horovod runs."""
+    import horovod.tensorflow as hvd
+
+    from hpclab.rank import engine
+
+    result = engine.allreduce_check()
+    result["controller"] = (
+        "MPI" if hvd.mpi_enabled() else ("Gloo" if hvd.gloo_enabled() else "unknown")
+    )
+    return result
+
+
+def check_allreduce(lab, timeout: float) -> Check:
+    """The doctors' one engine check (`hpclab doctor`, with or without ``--profile``): on the
+    started `lab`, every rank allreduces ``rank + 1`` and must get 1 + 2 + ... + N. `details`
+    has one row per rank (pid, host, local rank, controller, the value it got)."""
+    n = lab.workers
+    expected = float(sum(range(1, n + 1)))
+    start = time.perf_counter()
+    try:
+        probes = lab.apply(rank_allreduce, timeout=timeout)
+    except LabError as exc:
+        if lab.lost:  # a rank still busy at the timeout, or one that died
+            text = (
+                f"The allreduce did not finish on every rank within {timeout:g} s; the ranks are "
+                "probably not in one MPI job, so run `make setup` again (or give a slow machine "
+                "more time with --timeout)."
+            )
+        else:
+            reason = str(exc).rstrip(".")
+            text = f"The allreduce failed on the engines ({reason}); run `make setup` to rebuild it."
+        return Check("allreduce", False, text)
+    seconds = time.perf_counter() - start
+    by_rank = {p["rank"]: p for p in probes}
+    details = tuple(
+        (
+            f"rank {info['rank']}/{info['size']}",
+            f"pid {info['pid']} on {info['host']}, local rank {info['local_rank']}, controller "
+            f"{by_rank.get(info['rank'], {}).get('controller', '?')}: allreduce(sum of rank+1) = "
+            f"{by_rank.get(info['rank'], {}).get('value', float('nan')):g}",
+        )
+        for info in lab.ranks
+    )
+    if sorted(by_rank) != list(range(n)) or any(r["size"] != n for r in lab.ranks):
+        text = (
+            f"The engines formed Horovod ranks {sorted(by_rank)} instead of one job of {n}; "
+            f"Horovod and {lab.launcher} probably use different MPIs, so run `make setup` again."
+        )
+        return Check("allreduce", False, text, details)
+    values = [by_rank[r]["value"] for r in sorted(by_rank)]
+    if any(v != expected for v in values):
+        text = (
+            f"The allreduce returned {values} instead of {expected:g} on every rank; "
+            "Horovod's collectives are broken here, so rebuild it with `make setup`."
+        )
+        return Check("allreduce", False, text, details)
+    text = f"all {n} ranks agree: {expected:g} ({lab.launcher}, {seconds:.1f} s)"
+    return Check("allreduce", True, text, details)
+
+
+def check_profile_allreduce(choice: str, timeout: float) -> Check:
+    """`check_allreduce` on 2 engines started through the profile's launch plan."""
     import ipyparallel as ipp
 
     from hpclab.cluster.lab import Lab
-    from hpclab.rank import engine
 
-    start = time.perf_counter()
     try:
         lab = Lab(workers=WORKERS, profile=choice, verbose=False)
     except (LabError, ConfigError, ipp.error.EngineError, ipp.error.RemoteError) as exc:
         return Check("allreduce", False, f"the {WORKERS} engines did not start: {exc}")
-    try:
-        results = lab.view.apply_async(engine.allreduce_check).get(timeout=timeout)
-    except (TimeoutError, ipp.error.TimeoutError):
-        results = f"no answer within {timeout:g} s (raise --timeout on a slow machine)"
-    except ipp.error.RemoteError as exc:
-        results = f"{exc}"
-    finally:
-        mode = lab.launcher
-        lab.stop()
-    if isinstance(results, str):
-        return Check("allreduce", False, f"the allreduce failed ({results}); run `hpclab doctor`.")
-    values = sorted((r["rank"], r["value"]) for r in results)
-    if values != [(rank, 3.0) for rank in range(WORKERS)]:
-        return Check(
-            "allreduce",
-            False,
-            f"the ranks returned {values} instead of 3 on ranks 0 and 1; run `hpclab doctor` "
-            "to check the MPI that Horovod links against the launcher's.",
-        )
-    return Check(
-        "allreduce",
-        True,
-        f"{WORKERS} ranks via {mode} agree: 3 ({time.perf_counter() - start:.1f} s)",
-    )
+    with lab:
+        return check_allreduce(lab, timeout)
 
 
 def checks(
@@ -284,7 +324,7 @@ def checks(
         yield Check("allreduce", None, "fix the failures above first")
     else:
         print(f"  {'allreduce':<14}starting {WORKERS} engines ({mode}) ...", flush=True)
-        yield check_allreduce(choice, timeout)
+        yield check_profile_allreduce(choice, timeout)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -300,6 +340,8 @@ def run(args: argparse.Namespace) -> int:
     results = []
     for check in checks(profile, args.profile, env, args.quick, args.timeout):
         print(check.line(), flush=True)
+        for label, text in check.details:
+            print(f"  {label:<14}{'':<9}{text}", flush=True)
         results.append(check)
     failed = [c for c in results if c.ok is False]
     for check in failed:
@@ -315,4 +357,4 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-__all__ = ["Check", "add_arguments", "run", "checks", "mpi_plugins", "mode_of"]
+__all__ = ["Check", "add_arguments", "check_allreduce", "checks", "mode_of", "mpi_plugins", "run"]
