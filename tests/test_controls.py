@@ -120,7 +120,7 @@ def test_lr_rule_changes_the_scaled_peak_lr(preview):
         {"batch_per_worker": 5000},  # larger than the 3200 training samples
         {"base_lr": 0.0},
         {"epochs": 0.0},
-        {"num_samples": 50},
+        {"lars_eta": 0.0},  # (num_samples 50 cannot be typed: the field stops at the rule's 100)
     ],
 )
 def test_invalid_combination_shows_the_configerror_sentence_and_disables_run(preview, changes):

@@ -110,14 +110,14 @@ class Knob:
         if self.kind == "bool":
             return "True or False"
         if self.kind == "text":
-            return f"a string of at most {self.hi:g} characters"
+            return f"a string of at most {self.hi} characters"
         if self.kind == "tags":
             return "a list of strings"
         if self.kind == "shape":
-            return f"three integers (height, width, channels), each {self.lo:g}..{self.hi:g}"
+            return f"three integers (height, width, channels), each {self.lo}..{self.hi}"
         if self.kind == "int":
             noun = self.noun or "an integer"
-            span = f">= {self.lo:g}" if self.hi is None else f"from {self.lo:g} to {self.hi:g}"
+            span = f">= {self.lo}" if self.hi is None else f"from {self.lo} to {self.hi}"
         else:
             noun = self.noun or "a finite number"
             span = f"{'>' if self.lo_open else '>='} {self.lo:g}"

@@ -16,8 +16,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from hpclab.core.config import FIELDS
-from hpclab.core.knobs import SECTIONS, Knob, by_section
+from hpclab.core.knobs import KNOBS, SECTIONS, Knob, by_section
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
@@ -130,14 +129,9 @@ def add_field_options(parser: argparse.ArgumentParser, *, many: bool) -> None:
         help="start from a named preset (hpclab.core.presets: workshop, quick, cluster_gpu); the "
         "options below override it (their defaults shown are the workshop preset's)",
     )
-    for section, rows in by_section(FIELDS).items():
+    for section, rows in by_section(KNOBS).items():
         group = parser.add_argument_group(f"{section}: {SECTIONS[section]}")
         for knob in rows:
-            _add_option(group, knob, many)
-    others = dict.fromkeys(k.section for k in FIELDS if k.section not in SECTIONS)
-    for section in others:  # fields that are not rows of the table (the engine's settings)
-        group = parser.add_argument_group(section)
-        for knob in (k for k in FIELDS if k.section == section):
             _add_option(group, knob, many)
 
 

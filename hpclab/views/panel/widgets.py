@@ -3,29 +3,25 @@
 :func:`build_widgets` makes them (named, each with a `hpclab-<name>` CSS class for browser tests
 and workshop CSS) with their starting values from a RunConfig; :func:`arrange` lays them out in
 three columns above the actions row and the dashboard. Nothing here reacts to a change: that
-wiring lives in :class:`hpclab.views.panel.panel.Panel`. ipywidgets is imported inside the functions,
-so importing this module stays fast.
+wiring lives in :class:`hpclab.views.panel.panel.Panel`. Each knob's control, its bounds, choices,
+label and tooltip come from the knob table (:mod:`hpclab.views.panel.controls`); this module says
+which knobs the panel shows and where. ipywidgets is imported inside the functions, so importing
+this module stays fast.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from hpclab.core.catalog import (
-    DATASETS,
-    LR_SCALINGS,
-    LR_SCHEDULES,
-    MAX_WORKERS,
-    OPTIMIZERS,
-    PRECISIONS,
-)
+from hpclab.core.catalog import MAX_WORKERS
 from hpclab.core.catalog import models_for as _models_for
 from hpclab.core.config import RunConfig
+from hpclab.core.knobs import knob
 from hpclab.views.panel import sections
-from hpclab.views.panel.sections import DESC, WIDE
-from hpclab.views.panel.text import GREY, esc
+from hpclab.views.panel.controls import DESC, NARROW, WIDE, control, labelled
+from hpclab.views.panel.text import GREY
 
-# The RunConfig fields that have a widget; every other field comes from the panel's `base` config.
+# The knobs that have a control; every other field comes from the panel's `base` config.
 KNOBS = (
     "dataset",
     "model",
@@ -92,108 +88,28 @@ def build_widgets(base: RunConfig, workers: int) -> dict[str, Any]:
         max=MAX_WORKERS,
         description="workers",
         style=DESC,
-        layout={"width": "210px"},
+        layout=NARROW,
     )
     w["workers_note"] = W.HTML()
-    w["dataset"] = W.Dropdown(
-        options=DATASETS, value=b.dataset, description="dataset", style=DESC, layout=WIDE
-    )
-    w["model"] = W.Dropdown(
-        options=models_for(b.dataset),
-        value=b.model,
-        description="model",
-        style=DESC,
-        layout=WIDE,
-    )
-    w["num_samples"] = W.BoundedIntText(
-        value=b.num_samples,
-        min=0,
-        max=10_000_000,
-        step=1000,
-        description="num samples",
-        style=DESC,
-        layout=WIDE,
-    )
-    w["epochs"] = W.BoundedFloatText(
-        value=b.epochs,
-        min=0,
-        max=10_000,
-        step=1,
-        description="epochs",
-        style=DESC,
-        layout=WIDE,
-    )
-    w["batch_per_worker"] = W.BoundedIntText(
-        value=b.batch_per_worker,
-        min=1,
-        max=65536,
-        description="batch per worker",
-        style=DESC,
-        layout={"width": "210px"},
-    )
+    for name in KNOBS:  # bounds, choices, label and tooltip from the knob table
+        w[name] = control(
+            knob(name),
+            getattr(b, name),
+            W,
+            options=models_for(b.dataset) if name == "model" else None,
+            layout=NARROW if name == "batch_per_worker" else WIDE,
+        )
+    w["lr_scaling"].tooltips = [
+        "peak LR = base LR",
+        "peak LR = base LR × global/base batch",
+        "peak LR = base LR × √(global/base batch)",
+    ]
     w["global_batch"] = W.HTML()
-    w["base_lr"] = W.FloatText(
-        value=b.base_lr, step=0.01, description="base LR", style=DESC, layout=WIDE
-    )
-    w["base_batch"] = W.BoundedIntText(
-        value=b.base_batch,
-        min=1,
-        max=10_000_000,
-        description="base batch",
-        style=DESC,
-        layout=WIDE,
-    )
-    w["lr_scaling"] = W.ToggleButtons(
-        options=LR_SCALINGS,
-        value=b.lr_scaling,
-        tooltips=[
-            "peak LR = base LR",
-            "peak LR = base LR × global/base batch",
-            "peak LR = base LR × √(global/base batch)",
-        ],
-        style={"button_width": "64px"},
-    )
-    w["warmup_epochs"] = W.BoundedFloatText(
-        value=b.warmup_epochs,
-        min=0,
-        max=10_000,
-        step=0.5,
-        description="warm-up epochs",
-        style=DESC,
-        layout=WIDE,
-    )
-    w["lr_schedule"] = W.ToggleButtons(
-        options=LR_SCHEDULES, value=b.lr_schedule, style={"button_width": "80px"}
-    )
-    w["optimizer"] = W.Dropdown(
-        options=OPTIMIZERS,
-        value=b.optimizer,
-        description="optimizer",
-        style=DESC,
-        layout=WIDE,
-    )
-    w["lars_eta"] = W.BoundedFloatText(
-        value=b.lars_eta,
-        min=0,
-        max=10,
-        step=0.0005,
-        description="LARS trust η",
-        style=DESC,
-        layout=WIDE,
-    )
-    w["precision"] = W.Dropdown(
-        options=PRECISIONS,
-        value=b.precision,
-        description="precision",
-        style=DESC,
-        layout=WIDE,
-    )
     w["precision_hint"] = W.HTML(
         f"<div style='color:{GREY};font-size:12px;line-height:1.35;"
         f"max-width:300px'>{PRECISION_HINT}</div>"
     )
     w["samples_hint"] = W.HTML()
-    sections.build(w, b, W)
     w["overlay"] = W.Checkbox(
         value=True, description="overlay earlier runs", indent=False, layout={"width": "170px"}
     )
@@ -224,17 +140,8 @@ def arrange(w: dict[str, Any], below: Any = None) -> Any:
     `below` (the live dashboard's widget) if given."""
     import ipywidgets as W
 
-    def labelled(label: str, widget: Any) -> W.HBox:  # ToggleButtons' own label wraps
-        return W.HBox(
-            [
-                W.HTML(
-                    f"<div style='text-align:right;padding-right:8px;"
-                    f"line-height:28px'>{esc(label)}</div>",
-                    layout={"width": DESC["description_width"]},
-                ),
-                widget,
-            ]
-        )
+    def labelled_(name: str) -> W.HBox:
+        return labelled(knob(name), w[name], W)
 
     def column(title: str, *items) -> W.VBox:
         return W.VBox([W.HTML(f"<b>{title}</b>"), *items], layout={"margin": "0 18px 0 0"})
@@ -255,9 +162,9 @@ def arrange(w: dict[str, Any], below: Any = None) -> Any:
                 W.HBox([w["batch_per_worker"], w["global_batch"]]),
                 w["base_lr"],
                 w["base_batch"],
-                labelled("LR scaling", w["lr_scaling"]),
+                labelled_("lr_scaling"),
                 w["warmup_epochs"],
-                labelled("after warm-up", w["lr_schedule"]),
+                labelled_("lr_schedule"),
             ),
             column(
                 "Optimizer and numerics",
@@ -269,7 +176,7 @@ def arrange(w: dict[str, Any], below: Any = None) -> Any:
         ],
         layout={"flex_flow": "row wrap"},
     )
-    time_section, advanced = sections.arrange(w, column, labelled, W)
+    time_section, advanced = sections.arrange(w, column, labelled_, W)
     actions = W.HBox(
         [w["run"], w["stop"], w["overlay"], w["status"]], layout={"align_items": "center"}
     )
