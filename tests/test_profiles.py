@@ -104,3 +104,14 @@ def test_a_file_in_the_search_path_overrides_a_builtin_and_unknown_names_list_th
         profiles.load("nope", env)
     with pytest.raises(ConfigError, match="does not exist"):
         profiles.load(str(tmp_path / "missing.toml"), env)
+
+
+@pytest.mark.parametrize("launcher", ["mpi", "slurm"])
+def test_lab_launcher_takes_the_profile_modes_only(launcher):
+    """`Lab(launcher=...)` overrides the profile's launch mode, so it takes exactly its modes."""
+    from hpclab.cluster.lab import Lab
+    from hpclab.cluster.lab_args import LAUNCHERS
+
+    assert set(LAUNCHERS) == set(profiles.MODES)
+    with pytest.raises(ConfigError, match=f"Lab.launcher must be one of .*launcher='{launcher}'"):
+        Lab(workers=2, launcher=launcher)

@@ -7,8 +7,8 @@ import os
 from hpclab.core.catalog import MAX_THREADS_PER_WORKER, MAX_WORKERS
 from hpclab.core.errors import ConfigError
 
-# launcher= overrides the profile's launch mode; "mpi" and "slurm" are the names of hpclab 0.1
-LAUNCHERS = {"auto": "auto", "mpiexec": "mpiexec", "mpi": "mpiexec", "srun": "srun", "sbatch": "sbatch", "slurm": "sbatch"}  # fmt: skip
+# launcher= overrides the profile's launch mode (hpclab.cluster.profiles.MODES)
+LAUNCHERS = {mode: mode for mode in ("auto", "mpiexec", "srun", "sbatch")}
 
 
 def _is_count(value, low: int, high: int) -> bool:

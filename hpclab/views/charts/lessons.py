@@ -51,11 +51,6 @@ def _acc(f: RunFacts) -> str:
     return "no accuracy" if a is None else f"{a:.3f}"
 
 
-def _outcome(f: RunFacts) -> str:
-    """`0.913` for a run that trained, `collapsed` / `diverged` otherwise."""
-    return f.status if f.status in FAILED else _acc(f)
-
-
 def _by_batch(runs: Iterable[RunFacts]) -> dict[int, RunFacts]:
     return {f.global_batch: f for f in sorted(runs, key=lambda f: f.global_batch or 0)}
 
