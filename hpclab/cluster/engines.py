@@ -38,7 +38,7 @@ _MISSED = re.compile(r"No heartbeat in the last \d+ ms \((\d+) time")
 
 class _ControllerSilent(Exception):
     """Engines reached the controller, whose heart monitor (a process of its own) never
-    answered: seen once in CI (a port taken between ipyparallel choosing and binding it?).
+    answered (its port can be taken between ipyparallel choosing and binding it).
     `EngineSet.start` then starts a new controller once."""
 
 

@@ -6,8 +6,9 @@ and vs samples seen, with throughput bars. Runs may be given as Runs, RunRecords
 paths. Static plotly only, no widgets; nothing here imports TensorFlow.
 
 The per-run numbers live in :mod:`hpclab.views.charts.outcomes`, the sweep charts in
-:mod:`hpclab.views.charts.batch_charts` and :mod:`hpclab.views.charts.scaling_charts`; they are re-exported
-here so that ``from hpclab.views.charts.comparison import compare, steps_to_target_chart`` keeps working.
+:mod:`hpclab.views.charts.batch_charts` and :mod:`hpclab.views.charts.scaling_charts`; this
+module re-exports them because it is the notebooks' one import for comparing runs
+(``from hpclab.views.charts.comparison import compare, steps_to_target_chart``).
 """
 
 from __future__ import annotations
