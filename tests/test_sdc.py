@@ -9,6 +9,10 @@ pytestmark = [pytest.mark.mpi, pytest.mark.slow]
 
 BASE = RunConfig(epochs=2, eval_samples=1024, publish_every_s=0.5)
 FLIP = dict(sdc_layer=0, sdc_rank=1, sdc_step=40)  # the first conv's kernel, on rank 1
+# Final accuracy of two 2-epoch runs that differ only by seed or rounding: within this of each
+# other (seeds 0-2 here and flips of bit 0 on two machines moved it 0.2-3.1 points); a flip
+# that harms training costs tens of points or diverges.
+NOISE_FLOOR = 0.05
 
 
 def _summary(lab, cfg):
@@ -45,16 +49,30 @@ def test_without_rollback_the_same_flip_ends_the_run_and_says_why(lab):
     assert s["sdc"]["spikes"] and "restored_step" not in s["sdc"]["spikes"][0]
 
 
-def test_a_low_mantissa_flip_leaves_accuracy_within_a_point_but_the_replicas_apart(lab):
+def test_a_low_mantissa_flip_is_silent_splits_the_replicas_and_moves_accuracy_like_a_seed(lab):
+    """Bit 0 moves one weight by one unit in the last place. Training is chaotic: that
+    perturbation, like another seed or another CPU's rounding, moves the final accuracy by a
+    point or a few (3.1 points measured on one machine, 0.2 on another), so the claim is judged
+    against the spread between two seeds: the flip is silent and no worse than seed noise
+    (twice the seeds' difference, and at least the NOISE_FLOOR a 2-epoch run shows).
+
+    Right after the flip the replicas differ (their digests); whether they still differ at the
+    end depends on rounding: a later update larger than the weight's last place can round both
+    replicas to the same float (seen on one machine, not on another), so the end is printed,
+    not asserted."""
     _, clean = _summary(lab, BASE)
+    _, other_seed = _summary(lab, BASE.replace(seed=1))
     status, s = _summary(
         lab, BASE.replace(sdc_target="weights", sdc_bit=0, spike_factor=3.0, **FLIP)
     )
-    print(f"[sdc] bit 0: accuracy {s['val_accuracy']:.4f} vs clean {clean['val_accuracy']:.4f}")
+    seeds = abs(other_seed["val_accuracy"] - clean["val_accuracy"])
+    moved = abs(s["val_accuracy"] - clean["val_accuracy"])
+    print(f"[sdc] bit 0 moved accuracy {moved:.4f}; seed 0 vs 1: {seeds:.4f}")
     assert status == "finished" and s["sdc"]["detected_step"] is None
-    assert abs(s["val_accuracy"] - clean["val_accuracy"]) <= 0.01
-    # silently: one weight one unit in the last place apart, and the replicas never agree again
-    assert len(set(s["weights_digest"])) == 2 and len(set(clean["weights_digest"])) == 1
+    assert moved <= max(2 * seeds, NOISE_FLOOR), (moved, seeds)
+    assert len(set(s["sdc"]["digest_after"])) == 2, s["sdc"]  # one weight, one ulp apart
+    assert len(set(clean["weights_digest"])) == 1
+    print(f"[sdc] replicas at the end: {len(set(s['weights_digest']))} distinct digests")
 
 
 def test_a_gradient_flip_reaches_every_rank_through_the_allreduce(lab):

