@@ -256,11 +256,17 @@ def _lab_key(lab) -> tuple:
     return tuple(r["pid"] for r in lab.ranks)
 
 
-def horovod_env_of(cfg) -> dict[str, str]:
-    """The Horovod environment the Lab gives the engines for `cfg` (hpclab.cluster.launch.horovod_env)."""
-    from hpclab.cluster.launch import horovod_env
+def horovod_env_of(settings=None) -> dict[str, str]:
+    """The Horovod environment a Lab with these EngineSettings (default: a Lab's own) gives its
+    engines (hpclab.core.engine_settings.EngineSettings.env)."""
+    from hpclab.core.engine_settings import EngineSettings
 
-    return horovod_env(cfg.hvd_cycle_time_ms, cfg.hvd_fusion_mb)
+    return (settings or EngineSettings()).env()
+
+
+def _settings_key(settings) -> tuple:
+    """The engine settings a benchmark varies: Horovod's cycle time and fusion buffer."""
+    return (settings.cycle_time_ms, settings.fusion_mb)
 
 
 def engine_run(lab, cfg) -> dict:
@@ -320,7 +326,7 @@ def engine_run(lab, cfg) -> dict:
 def script_run(script: Path, ranks: int, args: list, horovod: dict | None) -> dict:
     """`script` under mpiexec on `ranks` ranks; its JSON result line as a dict.
 
-    `horovod` is the HOROVOD_* environment to give it (the engine's, from hpclab.cluster.launch.horovod_env);
+    `horovod` is the HOROVOD_* environment to give it (the engine's: EngineSettings.env());
     None runs it with Horovod's own defaults (HOROVOD_CYCLE_TIME / HOROVOD_FUSION_THRESHOLD
     unset, also when `--env` set them)."""
     from hpclab.cluster.host import find_mpiexec
@@ -427,17 +433,23 @@ class Suite:
         if self.quiet_wait_s > 0:
             self.quiet.setdefault(section, []).append(wait_for_quiet(self.quiet_wait_s))
 
-    def _engine(self, workers: int, cfg, *, warm: bool = True) -> dict:
-        """One engine run of `cfg`; first, on a fresh Lab or one about to restart for other Horovod
-        settings, the section's warm-up run (`warm_cfg` with cfg's Horovod settings)."""
+    def _engine(self, workers: int, cfg, *, settings=None, warm: bool = True) -> dict:
+        """One engine run of `cfg` on a Lab with these Horovod settings (`EngineSettings`;
+        default: a Lab's own; other ones restart its engines); first, on a fresh Lab or one just
+        restarted for other settings, the section's warm-up run (`warm_cfg`)."""
+        from hpclab.core.engine_settings import EngineSettings
+
         lab = self.lab(workers)
-        settings = (cfg.hvd_cycle_time_ms, cfg.hvd_fusion_mb)
-        if warm and self.warm_cfg is not None and self.lab_env.get(workers) != settings:
-            w = self.warm_cfg.replace(
-                hvd_cycle_time_ms=cfg.hvd_cycle_time_ms, hvd_fusion_mb=cfg.hvd_fusion_mb
-            )
-            self._record(lab, w, engine_run(lab, w), warm=True)
-        self.lab_env[workers] = settings
+        settings = settings or EngineSettings()
+        wanted = lab.engine_settings.replace(
+            cycle_time_ms=settings.cycle_time_ms, fusion_mb=settings.fusion_mb
+        )
+        if wanted != lab.engine_settings:
+            lab.restart(settings=wanted)  # Horovod reads them at hvd.init(): fresh engines
+        key = _settings_key(wanted)
+        if warm and self.warm_cfg is not None and self.lab_env.get(workers) != key:
+            self._record(lab, self.warm_cfg, engine_run(lab, self.warm_cfg), warm=True)
+        self.lab_env[workers] = key
         return self._record(lab, cfg, engine_run(lab, cfg), warm=False)
 
     def _record(self, lab, cfg, r: dict, *, warm: bool) -> dict:
@@ -485,7 +497,7 @@ class Suite:
         keys = sorted({k for ph in phases for k in ph if k != "total_s"})
         return {
             "workers": 2,
-            "horovod_env": horovod_env_of(_default_cfg()),
+            "horovod_env": horovod_env_of(),
             "startup_s": totals,
             "median_s": med,
             "spread": bl.spread(totals),
@@ -504,7 +516,7 @@ class Suite:
         # The engine exactly as a user gets it: default RunConfig (auto-sized calls, live
         # telemetry every 0.5 s, gradient-noise bookkeeping on), only size/batch/epochs set.
         cfg = RunConfig(num_samples=40000, batch_per_worker=64, epochs=epochs)
-        hv = horovod_env_of(cfg)
+        hv = horovod_env_of()  # the Lab's own settings
         self.warm_cfg = cfg.replace(max_steps=24, publish_every_s=0)
         arms = ("engine", "fit", "loop")
         out = {
@@ -513,8 +525,8 @@ class Suite:
             "config": cfg.to_dict(),
             "horovod_env": hv,
             "horovod_env_note": (
-                "every arm ran with this Horovod environment (the engine's, from the RunConfig "
-                "defaults via hpclab.cluster.launch.horovod_env); `cross_check` has B and C once more with "
+                "every arm ran with this Horovod environment (the engine's: a Lab's own "
+                "EngineSettings, hpclab.core.engine_settings); `cross_check` has B and C once more with "
                 "Horovod's own defaults (HOROVOD_CYCLE_TIME / HOROVOD_FUSION_THRESHOLD unset)"
             ),
             "metric": (
@@ -641,10 +653,10 @@ class Suite:
         }
 
     def horovod(self) -> dict:
-        from hpclab import RunConfig
+        from hpclab import EngineSettings, RunConfig
 
         base = RunConfig(num_samples=40000, batch_per_worker=64, epochs=self.plan["hvd_epochs"])
-        chosen_cycle, chosen_fusion = base.hvd_cycle_time_ms, base.hvd_fusion_mb
+        chosen_cycle, chosen_fusion = _settings_key(EngineSettings())  # a Lab's own
         self.warm_cfg = base.replace(max_steps=24, publish_every_s=0)
         # (label, cycle ms, fusion MB, allreduce); one Lab (engine restart) per (cycle, fusion)
         settings = [(f"cycle {c:g} ms", c, chosen_fusion, "grouped") for c in HVD_CYCLES_MS] + [
@@ -667,8 +679,9 @@ class Suite:
                 self._quiet("horovod")
                 for rep in range(self.plan["hvd_reps"]):
                     for label, c, f, how in here:
-                        cfg = base.replace(hvd_cycle_time_ms=c, hvd_fusion_mb=f, grad_allreduce=how)
-                        r = self._engine(2, cfg)
+                        cfg = base.replace(grad_allreduce=how)
+                        hvd = EngineSettings(cycle_time_ms=c, fusion_mb=f)
+                        r = self._engine(2, cfg, settings=hvd)
                         r["round"], r["label"] = rnd, label
                         runs[label].append(r)
                         rates[label][-1].append(r["samples_per_sec"])
@@ -690,10 +703,10 @@ class Suite:
             ref = [bl.median(v) for v in rates[default_label]]
             ratios = bl.paired_ratios(per_round, ref)
             table[label] = {
-                "hvd_cycle_time_ms": c,
-                "hvd_fusion_mb": f,
+                "cycle_time_ms": c,
+                "fusion_mb": f,
                 "grad_allreduce": how,
-                "horovod_env": horovod_env_of(base.replace(hvd_cycle_time_ms=c, hvd_fusion_mb=f)),
+                "horovod_env": horovod_env_of(EngineSettings(cycle_time_ms=c, fusion_mb=f)),
                 "samples_per_sec": bl.summarize([v for rnd in rates[label] for v in rnd]),
                 "ratio_to_default": bl.median(ratios),
                 "ratios_per_round": ratios,
@@ -703,8 +716,8 @@ class Suite:
             "config": base.to_dict(),
             "default": {
                 "label": default_label,
-                "hvd_cycle_time_ms": chosen_cycle,
-                "hvd_fusion_mb": chosen_fusion,
+                "cycle_time_ms": chosen_cycle,
+                "fusion_mb": chosen_fusion,
                 "grad_allreduce": base.grad_allreduce,
             },
             "metric": "engine samples/s (per-call windows), median over rounds x repeats; "
@@ -735,7 +748,7 @@ class Suite:
             self._record(
                 self.labs[n], self.warm_cfg, engine_run(self.labs[n], self.warm_cfg), warm=True
             )
-            self.lab_env[n] = (cfg.hvd_cycle_time_ms, cfg.hvd_fusion_mb)
+            self.lab_env[n] = _settings_key(self.labs[n].engine_settings)
         t1, t2 = [], []
         for rep in range(self.plan["scale_pairs"]):
             self._quiet("scaling")
@@ -809,7 +822,7 @@ class Suite:
             "--threads",
             1,
         ]
-        hv = horovod_env_of(cfg)
+        hv = horovod_env_of()  # the Lab's own settings
         self.warm_cfg = None  # both sides warm up inside the run
         eng, hvs = [], []
         for rep in range(self.plan["r50_pairs"]):
@@ -911,12 +924,6 @@ class Suite:
         }
 
 
-def _default_cfg():
-    from hpclab import RunConfig
-
-    return RunConfig()
-
-
 RESULT_KEYS = {
     "start": "cold_start",
     "ab": "engine_vs_plain",
@@ -983,7 +990,7 @@ def main(argv=None) -> int:
         metavar="KEY=VALUE",
         help="environment for the engines and the plain scripts (what-if runs; recorded in the "
         "results). HOROVOD_CYCLE_TIME / HOROVOD_FUSION_THRESHOLD are not taken from here: every "
-        "arm gets the RunConfig's (hpclab.cluster.launch.horovod_env), the `horovod` section varies them",
+        "arm gets a Lab's own (hpclab.core.engine_settings), the `horovod` section varies them",
     )
     p.add_argument(
         "--out",
@@ -1021,7 +1028,7 @@ def main(argv=None) -> int:
         "goals_set": GOALS,
         "noise": {},
         "env": extra_env,
-        "horovod_env": horovod_env_of(_default_cfg()),
+        "horovod_env": horovod_env_of(),
         "errors": {},
     }
     runs_dir = Path(tempfile.mkdtemp(prefix="hpclab-bench-runs-"))

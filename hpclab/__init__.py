@@ -6,6 +6,7 @@ engines do (everything that runs on a rank lives in :mod:`hpclab.rank`).
 """
 
 from hpclab.core.config import RunConfig
+from hpclab.core.engine_settings import EngineSettings
 from hpclab.core.errors import ConfigError, HpclabError, LabError, RunFailed
 from hpclab.records.store import RunRecord, list_runs, load_run
 
@@ -30,6 +31,7 @@ def __getattr__(name):
 
 __all__ = [
     "RunConfig",
+    "EngineSettings",
     "ConfigError",
     "HpclabError",
     "LabError",

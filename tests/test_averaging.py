@@ -60,8 +60,8 @@ def test_hybrid_groups_are_synchronous_inside_and_averaged_across_every_h_steps(
     a multiple of H = 4, the replicas of a group are equal (their gradients were averaged over
     the group's process set every step) and the two groups differ; at step 60 all four agree.
     Horovod fixes process sets at hvd.init(): Lab(groups=2) registers them at start, so the runs
-    restart nothing (a Lab without them restarts once: launch.engine_settings, tested in
-    test_launch.py; one 4-rank start fewer here, about 30 s of CI). With the ranks' hosts
+    restart nothing (a Lab without them restarts once: EngineSettings.for_run, tested in
+    test_engine_settings.py; one 4-rank start fewer here, about 30 s of CI). With the ranks' hosts
     relabelled as two nodes, a run warns when a group spans both (round robin) and not when
     each node holds whole groups (blocks)."""
     hybrid = BASE.replace(update="hybrid", groups=2, average_every=4)

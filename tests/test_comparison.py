@@ -334,26 +334,37 @@ def test_threads_per_worker_split_scaling_series(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "field,values",
-    [("hvd_cycle_time_ms", (0.1, 1.0)), ("grad_allreduce", ("grouped", "per_tensor"))],
+    "setting",
+    [
+        {"lab": {"engine_settings": {"cycle_time_ms": 0.1, "fusion_mb": 64.0}}},
+        {"lab": {"engine_settings": {"cycle_time_ms": 1.0, "fusion_mb": 64.0}}},
+        {"lab": {"engine_settings": {"cycle_time_ms": 0.1, "fusion_mb": 0.0}}},
+        {"grad_allreduce": "per_tensor"},
+    ],
+    ids=["same", "cycle_1ms", "fusion_0", "per_tensor"],
 )
-def test_engine_settings_split_scaling_series(tmp_path, field, values):
-    # Horovod's cycle time or the allreduce mode change throughput: never one averaged series.
-    paths = [
-        write_run(
-            tmp_path,
-            num_samples=SAMPLES,
-            batch_per_worker=64,
-            workers=n,
-            val_accs=[0.5],
-            samples_per_sec=1000.0 * n * (i + 1),
-            **{field: v},
-        )  # fmt: skip
-        for i, v in enumerate(values)
-        for n in (1, 2)
-    ]
+def test_engine_settings_split_scaling_series(tmp_path, setting):
+    # Horovod's cycle time and fusion buffer (the Lab's EngineSettings, recorded under "lab")
+    # or the allreduce mode change throughput: never one averaged series with the default's.
+    def runs(i, **kw):
+        return [
+            write_run(
+                tmp_path,
+                num_samples=SAMPLES,
+                batch_per_worker=64,
+                workers=n,
+                val_accs=[0.5],
+                samples_per_sec=1000.0 * n * (i + 1),
+                **kw,
+            )
+            for n in (1, 2)
+        ]
+
+    default = {"lab": {"engine_settings": {"cycle_time_ms": 0.1, "fusion_mb": 64.0}}}
+    paths = runs(0, **default) + runs(1, **setting)
     weak = [s for s in scaling_series(paths) if s["kind"] == "weak"]
-    assert len(weak) == 2 and sorted(len(s["throughput"]) for s in weak) == [2, 2]
+    expected = 1 if setting == default else 2  # (the same settings: one series of 4 runs)
+    assert len(weak) == expected and all(len(s["throughput"]) == 2 for s in weak)
 
 
 def test_comparison_module_keeps_the_chart_names_notebooks_import():

@@ -42,8 +42,6 @@ BAD = [
     ("steps_per_call", 1001, "to 1000"),
     ("xla", "on", "True or False"),
     ("grad_allreduce", "ring", "'grouped', 'per_tensor'"),
-    ("hvd_cycle_time_ms", 0, "> 0"),
-    ("hvd_fusion_mb", -1, ">= 0"),
     ("publish_every_s", -1, ">= 0"),
     ("max_steps", -1, "integer >= 0"),
     ("seed", -1, "integer from 0"),

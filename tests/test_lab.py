@@ -29,6 +29,7 @@ from hpclab.cluster.lab import Lab
 from hpclab.cluster.run import Run
 from hpclab.core.catalog import MAX_THREADS_PER_WORKER, MAX_WORKERS
 from hpclab.core.config import RunConfig
+from hpclab.core.engine_settings import EngineSettings
 from hpclab.core.errors import ConfigError, LabError, RunFailed
 from hpclab.records.store import RunStore
 from hpclab.views.panel.panel import Panel
@@ -262,40 +263,67 @@ def test_a_controller_whose_heart_is_silent_is_replaced_once(tmp_path, monkeypat
     assert wait_gone(pids) == [] and our_children() - before == set()
 
 
-HOROVOD_KEYS = ("HOROVOD_CYCLE_TIME", "HOROVOD_FUSION_THRESHOLD")
+HOROVOD_KEYS = ("HOROVOD_CYCLE_TIME", "HOROVOD_FUSION_THRESHOLD", "HOROVOD_TIMELINE")
 
 
 @pytest.mark.mpi
-def test_horovod_settings_reach_the_engines_and_a_change_restarts_them(tmp_path, caplog):
+def test_engine_settings_reach_the_engines_and_other_settings_restart_them(tmp_path, caplog):
+    """The lab's EngineSettings are what Horovod read at hvd.init(): lab.restart(settings=...)
+    changes them; a run that needs others (here a timeline) restarts the engines once, with a
+    logged warning, keeping the lab's cycle time and fusion buffer; the same settings again
+    restart nothing. Every record names them."""
+
     def horovod_env():  # read on the engine itself (os.getenv travels by reference)
         return [
             tuple(lab.client[e].apply_sync(os.getenv, key) for key in HOROVOD_KEYS)
             for e in lab.client.ids
         ]
 
-    default = RunConfig()
+    default = EngineSettings()
     with Lab(workers=1, runs_dir=tmp_path, verbose=False) as lab:
+        assert lab.engine_settings == default
         assert horovod_env() == [
-            (f"{default.hvd_cycle_time_ms:g}", str(int(default.hvd_fusion_mb * 2**20)))
+            (f"{default.cycle_time_ms:g}", str(int(default.fusion_mb * 2**20)), None)
         ]
         assert set(lab.startup_phases) == {
             "controller_s", "engines_s", "tf_import_s", "horovod_init_s", "total_s"
         }  # fmt: skip
         before = rank_pids(lab)
-        cfg = RunConfig(num_samples=4000, max_steps=4, hvd_cycle_time_ms=2.0, hvd_fusion_mb=0.0)
+        lab.restart(settings=EngineSettings(cycle_time_ms=2.0, fusion_mb=0.0))
+        assert rank_pids(lab) != before and wait_gone(before) == []
+        assert horovod_env() == [("2", "0", None)]
+        pids = rank_pids(lab)
+        cfg = RunConfig(num_samples=4000, max_steps=8, steps_per_call=2, timeline_steps=2)
         with caplog.at_level(logging.WARNING, logger="hpclab.cluster.lab"):
             run = lab.run(cfg)
             run.wait(timeout=300)
-        assert "restarting the engines for Horovod cycle time 2 ms" in caplog.text
-        assert rank_pids(lab) != before and wait_gone(before) == []
-        assert horovod_env() == [("2", "0")]
+        assert (
+            "restarting the engines for Horovod cycle time 2 ms, fusion buffer 0 MB, dynamic "
+            "timeline on, 1 synchronous group (they had cycle time 2 ms, fusion buffer 0 MB, "
+            "dynamic timeline off" in caplog.text
+        )
+        assert rank_pids(lab) != pids and horovod_env() == [("2", "0", "DYNAMIC")]
         meta = json.loads((run.path / "config.json").read_text())
         assert meta["lab"]["horovod_env"] == {
-            "HOROVOD_CYCLE_TIME": "2", "HOROVOD_FUSION_THRESHOLD": "0", "HPCLAB_HOROVOD_GROUPS": "1"
+            "HOROVOD_CYCLE_TIME": "2", "HOROVOD_FUSION_THRESHOLD": "0",
+            "HPCLAB_HOROVOD_GROUPS": "1", "HOROVOD_TIMELINE": "DYNAMIC",
         }  # fmt: skip
+        assert meta["lab"]["engine_settings"] == {
+            "cycle_time_ms": 2.0, "fusion_mb": 0.0, "timeline": True, "groups": 1
+        }  # fmt: skip
+        assert "hvd_cycle_time_ms" not in meta["config"]
         pids = rank_pids(lab)
-        lab.run(cfg.replace(seed=1)).wait(timeout=300)  # same settings: no restart
+        lab.run(cfg.replace(seed=1, timeline_steps=0)).wait(timeout=300)  # kept: no restart
         assert rank_pids(lab) == pids
+
+
+def test_engine_settings_and_groups_are_given_once():
+    with pytest.raises(ConfigError, match=r"groups must be 1 or engine_settings.groups \(2\)"):
+        Lab(workers=4, groups=4, engine_settings=EngineSettings(groups=2))
+    with pytest.raises(ConfigError, match="engine_settings must be an EngineSettings"):
+        Lab(workers=2, engine_settings={"cycle_time_ms": 1.0})
+    with pytest.raises(ConfigError, match="divisor of workers \\(2\\).*groups=4"):
+        Lab(workers=2, engine_settings=EngineSettings(groups=4))
 
 
 @pytest.mark.mpi

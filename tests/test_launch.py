@@ -6,11 +6,10 @@ import shlex
 
 import pytest
 
-from hpclab.cluster.launch import engine_settings, horovod_env, plan_launch
+from hpclab.cluster.launch import plan_launch
 from hpclab.cluster.profiles import BUILTIN, parse
-from hpclab.core.config import RunConfig
+from hpclab.core.engine_settings import EngineSettings
 from hpclab.core.errors import ConfigError
-from hpclab.rank.features.groups import ENV as GROUPS_ENV
 from hpclab.rank.features.groups import across_nodes, members
 
 ALLOC = {"SLURM_JOB_ID": "42", "SLURM_JOB_CPUS_PER_NODE": "8", "SLURM_JOB_NUM_NODES": "1"}
@@ -158,19 +157,7 @@ def test_sbatch_script_renders_with_ipyparallels_formatter():
     assert text.rstrip().endswith("python -m ipyparallel.engine")
 
 
-def test_engine_settings_register_the_groups_a_hybrid_run_needs_and_keep_them():
-    """What Horovod reads at hvd.init(): a hybrid run of 2 groups of 2 needs process sets;
-    later runs keep them (and a timeline) rather than restart; one group, or groups of one
-    rank, need none (the global set; no gradient allreduce)."""
-    fresh = (0.1, 64.0, False, 1)
-    hybrid = RunConfig(update="hybrid", groups=2)
-    assert engine_settings(hybrid, fresh, 4) == (0.1, 64.0, False, 2)
-    assert engine_settings(RunConfig(), (0.1, 64.0, True, 2), 4) == (0.1, 64.0, True, 2)
-    assert engine_settings(hybrid, fresh, 2) == fresh  # 2 groups of 1: local SGD
-    assert engine_settings(hybrid.replace(groups=1), fresh, 4) == fresh
-    assert engine_settings(RunConfig(timeline_steps=5), fresh, 4)[2] is True
-    assert horovod_env(0.1, 64.0, groups=2)[GROUPS_ENV] == "2"
-    assert horovod_env(0.1, 64.0)[GROUPS_ENV] == "1"  # (set even then: nothing stray leaks in)
+def test_group_members_are_consecutive_ranks():
     assert members(8, 4) == [[0, 1], [2, 3], [4, 5], [6, 7]]
 
 
@@ -184,8 +171,9 @@ def test_groups_that_span_nodes_are_named():
 
 
 def test_record_and_horovod_environment():
-    p = plan(env=ALLOC, profile=BUILTIN["slurm-allocation"], horovod={"HOROVOD_CYCLE_TIME": "0.1"})
-    assert p.engine_env["HOROVOD_CYCLE_TIME"] == "0.1"
+    horovod = EngineSettings(cycle_time_ms=0.5).env()
+    p = plan(env=ALLOC, profile=BUILTIN["slurm-allocation"], horovod=horovod)
+    assert p.engine_env["HOROVOD_CYCLE_TIME"] == "0.5"
     rec = p.record()
     assert rec["mode"] == "srun" and rec["profile"] == "slurm-allocation"
     assert rec["job_name"] == "hpclab-c1"

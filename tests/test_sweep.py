@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from hpclab.core.config import ConfigError, RunConfig
+from hpclab.core.engine_settings import EngineSettings
 from hpclab.core.errors import RunFailed
 from hpclab.records.store import RunStore
 from hpclab.records.sweep import check_staged, describe, expand_grid, plan, run_sweep
@@ -120,6 +121,7 @@ class _Lab:
 
     def __init__(self, root: Path, workers: int = 2, outcomes: dict | None = None):
         self.workers, self.runs_dir, self.data_dir = workers, root, root / "data"
+        self.engine_settings = EngineSettings()
         self.healthy = True
         self.calls: list = []
         self.outcomes = outcomes or {}  # batch_per_worker -> status

@@ -24,12 +24,13 @@ from pathlib import Path
 from hpclab.cluster import host, profiles
 from hpclab.cluster.engines import EngineSet
 from hpclab.cluster.host import find_mpiexec
-from hpclab.cluster.lab_args import LAUNCHERS, check_args
-from hpclab.cluster.launch import engine_settings, horovod_env, plan_launch
+from hpclab.cluster.lab_args import LAUNCHERS, check_args, check_groups, settings_of
+from hpclab.cluster.launch import plan_launch
 from hpclab.cluster.profiles import Profile
 from hpclab.cluster.run import Run
 from hpclab.cluster.world import check_world
 from hpclab.core.config import RunConfig
+from hpclab.core.engine_settings import EngineSettings
 from hpclab.core.errors import ConfigError, LabError, RunFailed
 from hpclab.rank.features.groups import across_nodes
 from hpclab.records import paths
@@ -53,9 +54,15 @@ class Lab:
     the engines over that many nodes. `start_timeout` bounds registration (None: the profile's,
     90 s on this machine). `verbose=True` prints one line when the engines are ready (and the
     queue state while a Slurm job waits). `lab.ranks` maps rank -> engine id, pid, host, node.
-    `groups` registers that many synchronous groups as Horovod process sets at start, for
-    ``update="hybrid"`` runs (hpclab.rank.features.groups); a hybrid run with other groups restarts the
-    engines once.
+
+    What Horovod reads once, at ``hvd.init()``, is the lab's, not a run's:
+    ``engine_settings=EngineSettings(cycle_time_ms=..., fusion_mb=...)``
+    (hpclab.core.engine_settings; `lab.engine_settings` holds the current ones, and
+    ``lab.restart(settings=...)`` changes them). `groups` registers that many synchronous groups
+    as Horovod process sets at start, for ``update="hybrid"`` runs (hpclab.rank.features.groups;
+    the same as ``engine_settings=EngineSettings(groups=G)``). A run that needs other settings
+    (a hybrid run with other groups, a run recording a timeline) restarts the engines once
+    (:meth:`EngineSettings.for_run`).
     """
 
     def __init__(
@@ -71,9 +78,12 @@ class Lab:
         start_timeout: float | None = None,
         mpiexec: str | None = None,
         groups: int = 1,
+        engine_settings: EngineSettings | None = None,
         verbose: bool = True,
     ):
         check_args(workers, launcher, threads_per_worker, start_timeout, nodes, mpiexec, groups)
+        settings = settings_of(engine_settings, groups)
+        check_groups(workers, settings.groups)
         self.profile, self.profile_reason = profiles.resolve(profile)
         if launcher is not None:
             mode = LAUNCHERS[launcher]
@@ -99,8 +109,7 @@ class Lab:
         self._engines: EngineSet | None = None
         self._engine_ids: list[int] = []
         self._lost: str | None = None
-        defaults = RunConfig()
-        self._horovod = (defaults.hvd_cycle_time_ms, defaults.hvd_fusion_mb, False, groups)
+        self._settings = settings
         _LIVE_LABS.add(self)  # before start(): an interrupted start still gets cleaned up at exit
         self.start()
 
@@ -130,7 +139,7 @@ class Lab:
             mpiexec=find_mpiexec(self._mpiexec) if local else "",
             interfaces=host.interfaces() if self.profile.network.interface else {},
             registration_timeout_s=self.start_timeout,
-            horovod=horovod_env(*self._horovod),
+            horovod=self._settings.env(),
         )
 
     def start(self) -> None:
@@ -205,16 +214,30 @@ class Lab:
         if engines is not None:
             engines.stop(clean=self._lost is None)  # lost engines cannot answer a clean shutdown
 
-    def restart(self, workers: int | None = None, cfg: RunConfig | None = None) -> None:
-        """Fresh engines (after a failure, or to change the number of workers); with ``cfg``,
-        started with the Horovod settings its run needs (so that run restarts nothing)."""
+    @property
+    def engine_settings(self) -> EngineSettings:
+        """What Horovod read at ``hvd.init()`` on these engines (or will, at the next start)."""
+        return self._settings
+
+    def restart(
+        self,
+        workers: int | None = None,
+        cfg: RunConfig | None = None,
+        settings: EngineSettings | None = None,
+    ) -> None:
+        """Fresh engines: after a failure, for another number of workers, or with other
+        ``settings`` (:class:`EngineSettings`); with ``cfg``, started with the settings its run
+        needs (:meth:`EngineSettings.for_run`), so that run restarts nothing."""
         if workers is not None:
             check_args(workers, None, self.threads_per_worker, self.start_timeout, self.nodes, None)
-            if workers % self._horovod[3]:  # the groups no longer divide the ranks: none
-                self._horovod = (*self._horovod[:3], 1)
-            self.workers = workers
-        if cfg is not None:
-            self._horovod = engine_settings(cfg, self._horovod, self.workers)
+        n = self.workers if workers is None else workers
+        if settings is None:  # the current ones; groups that no longer divide the ranks: none
+            wanted = self._settings.for_workers(n)
+        else:
+            wanted = settings_of(settings, 1)  # (checks its type)
+        check_groups(n, wanted.groups)
+        self.workers = n
+        self._settings = wanted if cfg is None else wanted.for_run(cfg, n)
         self.stop()
         self.start()
 
@@ -248,20 +271,19 @@ class Lab:
     # -- runs -------------------------------------------------------------------------------------
     def ready_for(self, cfg: RunConfig) -> None:
         """Engines that can run ``cfg``: restarted if they were lost, or if Horovod must read
-        other settings at ``hvd.init()`` for it (hpclab.cluster.launch.engine_settings)."""
-        wanted = engine_settings(cfg, self._horovod, self.workers)
+        other settings at ``hvd.init()`` for it (:meth:`EngineSettings.for_run`, the one rule)."""
+        wanted = self._settings.for_run(cfg, self.workers)
         if self._lost is not None:
             log.warning("the previous engines were lost (%s); restarting them.", self._lost)
-            self.restart(cfg=cfg)  # one restart, with the settings this run asks for
-        elif wanted != self._horovod and self._engines is not None:
+            self.restart(settings=wanted)  # one restart, with the settings this run asks for
+        elif wanted != self._settings and self._engines is not None:
             # Horovod reads these once, at hvd.init(): other values need fresh engines.
             log.warning(
-                "restarting the engines for Horovod cycle time %g ms, fusion buffer %g MB, "
-                "dynamic timeline %s, %d synchronous group(s) (they were %g ms, %g MB, %s, %d).",
-                *wanted,
-                *self._horovod,
+                "restarting the engines for Horovod %s (they had %s).",
+                wanted.describe(),
+                self._settings.describe(),
             )
-            self.restart(cfg=cfg)  # (restart takes the settings from engine_settings, as here)
+            self.restart(settings=wanted)
         if self._engines is None:
             raise LabError("this lab is stopped; call lab.start() or make a new Lab.")
         split = cfg.update == "hybrid" and across_nodes([r["host"] for r in self.ranks], cfg.groups)
@@ -300,7 +322,8 @@ class Lab:
                     "launcher": self.launcher,
                     "launch": self.plan.record(),
                     "threads_per_worker": self.threads_per_worker,
-                    "horovod_env": horovod_env(*self._horovod),
+                    "engine_settings": self._settings.to_dict(),
+                    "horovod_env": self._settings.env(),
                     "ranks": self.ranks,
                 },
             }
@@ -411,4 +434,4 @@ def _stop_forgotten_labs_first() -> None:
 atexit.register(_stop_forgotten_labs)
 
 
-__all__ = ["Lab", "LabError", "Run", "RunFailed", "find_mpiexec", "horovod_env"]  # re-exported
+__all__ = ["Lab", "LabError", "Run", "RunFailed", "find_mpiexec", "EngineSettings"]

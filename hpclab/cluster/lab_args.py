@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from hpclab.core.catalog import MAX_THREADS_PER_WORKER, MAX_WORKERS
+from hpclab.core.engine_settings import EngineSettings
 from hpclab.core.errors import ConfigError
 
 # launcher= overrides the profile's launch mode (hpclab.cluster.profiles.MODES)
@@ -57,6 +58,11 @@ def check_args(
             "1-rank world under Slurm's default MpiDefault=none); use launcher='srun' or a "
             "profile, which pass --mpi=, -c and --overlap as needed."
         )
+    check_groups(workers, groups)
+
+
+def check_groups(workers: int, groups) -> None:
+    """The lab's synchronous groups divide its workers (hpclab.rank.features.groups)."""
     if not _is_count(groups, 1, MAX_WORKERS) or workers % groups:
         raise ConfigError(
             f"Lab.groups must be a divisor of workers ({workers}): the synchronous groups of "
@@ -64,4 +70,23 @@ def check_args(
         )
 
 
-__all__ = ["LAUNCHERS", "check_args"]
+def settings_of(engine_settings, groups: int) -> EngineSettings:
+    """The lab's settings from ``Lab(engine_settings=..., groups=...)`` (``groups`` checked by
+    :func:`check_args`): ``groups=G`` is a shortcut for ``EngineSettings(groups=G)``, and two
+    different groups are refused, not chosen between."""
+    if engine_settings is None:
+        return EngineSettings(groups=groups)
+    if not isinstance(engine_settings, EngineSettings):
+        raise ConfigError(
+            "Lab.engine_settings must be an EngineSettings (hpclab.core.engine_settings) or "
+            f"None; you passed {type(engine_settings).__name__}."
+        )
+    if groups not in (1, engine_settings.groups):
+        raise ConfigError(
+            f"Lab.groups must be 1 or engine_settings.groups ({engine_settings.groups}): give "
+            f"the groups once; you passed groups={groups!r}."
+        )
+    return engine_settings
+
+
+__all__ = ["LAUNCHERS", "check_args", "check_groups", "settings_of"]

@@ -29,45 +29,11 @@ from pathlib import Path
 
 from hpclab.cluster.profiles import Profile
 from hpclab.core.errors import ConfigError, LabError
-from hpclab.rank.features.groups import ENV as GROUPS_ENV
-from hpclab.rank.features.groups import needs_sets as groups_need_sets
 
 # The controller's heartbeat (ipyparallel's HeartMonitor.period, 3000 ms by default): a new engine
 # is ready at the first beat after it registers, and one that misses 10 beats is declared dead.
 HEARTBEAT_MS = 1000
 LOCAL_REGISTRATION_S = 90  # mode mpiexec: engines on this machine register within this
-
-
-def horovod_env(
-    cycle_time_ms: float, fusion_mb: float, timeline: bool = False, groups: int = 1
-) -> dict[str, str]:
-    """The environment that gives Horovod's background loop these settings at `hvd.init()`:
-    the cycle between negotiation rounds and the tensor-fusion buffer (Horovod docs,
-    "Tensor Fusion"; 0 MB turns fusion off), and with ``timeline`` a timeline a run can switch
-    on (``RunConfig.timeline_steps``: hpclab.core.timeline). Only engines that need it get it: a
-    dynamic timeline makes every negotiation cycle carry its state (16 ranks on 2 cores took
-    5.5 s instead of < 2 s to stop a run together with it on). ``groups``: the synchronous
-    groups of hybrid runs, registered as Horovod process sets (hpclab.rank.features.groups)."""
-    env = {
-        "HOROVOD_CYCLE_TIME": f"{cycle_time_ms:g}",
-        "HOROVOD_FUSION_THRESHOLD": str(int(fusion_mb * 1024 * 1024)),
-    }
-    env[GROUPS_ENV] = str(groups)  # (always: a stray value in the client's env must not leak)
-    return {**env, "HOROVOD_TIMELINE": "DYNAMIC"} if timeline else env
-
-
-def engine_settings(cfg, current: tuple, workers: int) -> tuple:
-    """What the engines must have read at ``hvd.init()`` for a run of ``cfg``, in
-    :func:`horovod_env`'s order: (cycle ms, fusion MB, dynamic timeline, groups). ``Lab.run``
-    restarts the engines when it differs from ``current``, theirs. A timeline, once on, stays
-    on, and so do registered groups while no hybrid run asks for others: a process set nobody
-    uses costs nothing measurable (4 ranks, 1000 grouped allreduces, with and without: within
-    the noise), and a restart costs seconds."""
-    groups = current[3]
-    if cfg.update == "hybrid" and groups_need_sets(workers, cfg.groups):
-        groups = cfg.groups
-    timeline = current[2] or cfg.timeline_steps > 0
-    return (cfg.hvd_cycle_time_ms, cfg.hvd_fusion_mb, timeline, groups)
 
 
 @dataclass(frozen=True)
@@ -379,4 +345,4 @@ def batch_script(profile, workers, threads, nodes, job_name, srun) -> str:
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["LaunchPlan", "plan_launch", "horovod_env", "engine_settings", "HEARTBEAT_MS"]
+__all__ = ["LaunchPlan", "plan_launch", "HEARTBEAT_MS"]

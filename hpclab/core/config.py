@@ -35,33 +35,9 @@ from hpclab.core.config_rules import check_workers, validate
 from hpclab.core.errors import ConfigError
 from hpclab.core.knobs import KNOBS, Knob, fail
 
-#: Settings Horovod reads once at hvd.init(): they leave RunConfig for the Lab's engine settings,
-#: so they are not in the knob table.
-ENGINE_KNOBS = (
-    Knob(
-        "hvd_cycle_time_ms",
-        "float",
-        0.1,
-        "Horovod: background cycle between collectives (ms)",
-        "cycle time ms",
-        lo=0.0,
-        lo_open=True,
-        hi=1000.0,
-        section="Horovod engine",
-    ),
-    Knob(
-        "hvd_fusion_mb",
-        "float",
-        64.0,
-        "Horovod: tensor-fusion buffer (MB; 0 = no fusion)",
-        "fusion MB",
-        lo=0.0,
-        hi=4096.0,
-        section="Horovod engine",
-    ),
-)
 #: The knobs a RunConfig holds, in field order.
-FIELDS: tuple[Knob, ...] = (*KNOBS, *ENGINE_KNOBS)
+#: (What Horovod reads once at hvd.init() is the Lab's: hpclab.core.engine_settings.)
+FIELDS: tuple[Knob, ...] = KNOBS
 
 
 def _with_knob_fields(cls: type) -> type:

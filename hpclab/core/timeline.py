@@ -5,7 +5,7 @@ first call (graph optimisation is over) and ``hvd.stop_timeline`` ``n`` steps la
 coordinator (rank 0) writes ``timeline.json`` into the run folder in Chrome's trace format (Horovod
 docs, "Analyze Performance": open it in ``chrome://tracing`` or https://ui.perfetto.dev). The
 first run of a lab that asks for one restarts the engines with ``HOROVOD_TIMELINE=DYNAMIC``
-(:func:`hpclab.cluster.launch.horovod_env`), which lets a run switch it on and off.
+(:meth:`hpclab.core.engine_settings.EngineSettings.for_run`), which lets a run switch it on and off.
 
 :func:`summarise` turns the file into milliseconds per step of each activity Horovod records:
 ``NEGOTIATE_ALLREDUCE`` (ranks reporting a tensor ready: the wait for the last rank shows here),

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from hpclab.core.engine_settings import FORMER_RUN_CONFIG_FIELDS, THROUGHPUT_FIELDS, EngineSettings
 from hpclab.core.errors import RecordError
 from hpclab.records.jsonio import append_jsonl, read_json, read_jsonl, write_json_atomic
 
@@ -58,6 +59,34 @@ def _readable(cfg_path: Path) -> tuple[dict, dict] | None:
         return None
 
 
+def settle_engine_settings(meta: dict) -> dict:
+    """A config.json's content with the engine settings where this version keeps them.
+
+    The rule: Horovod's cycle time and fusion buffer were RunConfig fields
+    (``hvd_cycle_time_ms``, ``hvd_fusion_mb``) before the Lab owned them as
+    :class:`hpclab.core.engine_settings.EngineSettings`; a record written then holds them in
+    ``meta["config"]``. They move to ``meta["lab"]["engine_settings"]`` (``cycle_time_ms``,
+    ``fusion_mb``), where the Lab records its settings now, so the config loads as a RunConfig and
+    every reader finds the settings in one place. A value already under ``lab`` wins. ``meta`` is
+    not changed (a new dict is returned) and the file is never rewritten."""
+    config = meta.get("config")
+    if not isinstance(config, dict) or not set(FORMER_RUN_CONFIG_FIELDS) & set(config):
+        return meta
+    moved = {new: config[old] for old, new in FORMER_RUN_CONFIG_FIELDS.items() if old in config}
+    lab = dict(meta.get("lab") or {})
+    lab["engine_settings"] = {**moved, **(lab.get("engine_settings") or {})}
+    kept = {k: v for k, v in config.items() if k not in FORMER_RUN_CONFIG_FIELDS}
+    return {**meta, "config": kept, "lab": lab}
+
+
+def engine_settings_of(meta: dict) -> dict:
+    """The engine settings a record names (``meta["lab"]["engine_settings"]``, after
+    :func:`settle_engine_settings`); {} for a record that names none."""
+    lab = settle_engine_settings(meta).get("lab")
+    found = lab.get("engine_settings") if isinstance(lab, dict) else None
+    return dict(found) if isinstance(found, dict) else {}
+
+
 def default_root() -> Path:
     """Where runs are recorded: $HPCLAB_RUNS, else <checkout>/runs (see hpclab.records.paths)."""
     from hpclab.records.paths import runs_dir
@@ -79,6 +108,9 @@ class RunRecord:
     summary: dict = field(default_factory=dict)  # summary.json ({} while running)
     history: pd.DataFrame = field(default_factory=pd.DataFrame)
     epochs: pd.DataFrame = field(default_factory=pd.DataFrame)
+
+    def __post_init__(self) -> None:
+        self.meta = settle_engine_settings(self.meta)  # records from before EngineSettings
 
     @property
     def run_id(self) -> str:
@@ -247,16 +279,32 @@ def list_runs(root: Path | str | None = None) -> pd.DataFrame:
 RESULTS = ("finished", "diverged", "collapsed")
 
 
-def find_finished(root: Path | str | None, config: dict, workers: int) -> Path | None:
+def find_finished(
+    root: Path | str | None,
+    config: dict,
+    workers: int,
+    engine: EngineSettings | None = None,
+) -> Path | None:
     """The folder of a run with exactly this config and worker count that ended as one of
-    :data:`RESULTS`, if any."""
+    :data:`RESULTS`, if any; with ``engine``, also made under the same settings that change
+    throughput (:data:`hpclab.core.engine_settings.THROUGHPUT_FIELDS`; a record naming none
+    was made under the defaults)."""
     root = Path(root) if root is not None else default_root()
     for cfg_path in sorted(root.glob("*/config.json")):
         files = _readable(cfg_path)  # an unreadable record is no result: the point runs again
         if files is None:
             continue
         meta, summary = files
-        if meta.get("config") == config and meta.get("workers") == workers:
-            if summary.get("status") in RESULTS:
-                return cfg_path.parent
+        meta = settle_engine_settings(meta)
+        if meta.get("config") != config or meta.get("workers") != workers:
+            continue
+        if engine is not None and not _same_throughput_settings(meta, engine):
+            continue
+        if summary.get("status") in RESULTS:
+            return cfg_path.parent
     return None
+
+
+def _same_throughput_settings(meta: dict, engine: EngineSettings) -> bool:
+    recorded = {**EngineSettings().to_dict(), **engine_settings_of(meta)}
+    return all(recorded.get(k) == getattr(engine, k) for k in THROUGHPUT_FIELDS)

@@ -32,6 +32,7 @@ from typing import Any
 
 from hpclab.core.catalog import MAX_WORKERS
 from hpclab.core.config import RunConfig, field_names
+from hpclab.core.engine_settings import EngineSettings
 from hpclab.core.errors import ConfigError, RunFailed
 from hpclab.records.paths import check_staged
 from hpclab.records.store import RunRecord, find_finished, load_run
@@ -126,6 +127,7 @@ def plan(
     *,
     current_workers: int,
     data_dir: Path | str | None = None,
+    engine: EngineSettings | None = None,
     **grid: list,
 ) -> list[SweepPoint]:
     """The sweep's points in the order they will run, each marked if already finished.
@@ -139,7 +141,8 @@ def plan(
         for c in dict.fromkeys(c for c, _ in points):
             check_staged(c, data_dir)
     points.sort(key=lambda p: p[1] != current_workers)  # stable: keeps the grid order otherwise
-    return [SweepPoint(c, w, find_finished(runs_dir, c.to_dict(), w)) for c, w in points]
+    # `engine`: the lab's settings; a record made under other ones is no result for this lab
+    return [SweepPoint(c, w, find_finished(runs_dir, c.to_dict(), w, engine)) for c, w in points]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -229,7 +232,14 @@ def run_sweep(
     "stopped"), or once with "skipped" for a point already recorded. Without it, one line per run
     is printed. See the module docstring for ordering, resuming and failures.
     """
-    points = plan(cfg, lab.runs_dir, current_workers=lab.workers, data_dir=lab.data_dir, **grid)
+    points = plan(
+        cfg,
+        lab.runs_dir,
+        current_workers=lab.workers,
+        data_dir=lab.data_dir,
+        engine=lab.engine_settings,
+        **grid,
+    )
     printer = PrintProgress(keys=[k for k in grid if k != "workers"]) if progress is None else None
 
     def report(i, point, status, record=None, elapsed=None):

@@ -314,8 +314,8 @@ def _selector(name: str, profile: Profile) -> str:
 def _plan(profile: Profile, workers: int, threads: int, nodes: int) -> tuple[LaunchPlan, list]:
     """The plan a Lab would make here (an srun plan outside an allocation: as if inside one)."""
     from hpclab.cluster import host
-    from hpclab.cluster.launch import horovod_env, plan_launch
-    from hpclab.core.config import RunConfig
+    from hpclab.cluster.launch import plan_launch
+    from hpclab.core.engine_settings import EngineSettings
     from hpclab.core.errors import LabError
 
     env, notes = dict(os.environ), []
@@ -341,7 +341,6 @@ def _plan(profile: Profile, workers: int, threads: int, nodes: int) -> tuple[Lau
         if profile.network.interface not in addresses:
             addresses[profile.network.interface] = f"<{profile.network.interface} address>"
             notes.append(f"{profile.network.interface} has no IPv4 address on this host")
-    defaults = RunConfig()
     runs, _ = profiles.folders(profile)
     plan = plan_launch(
         profile,
@@ -353,7 +352,7 @@ def _plan(profile: Profile, workers: int, threads: int, nodes: int) -> tuple[Lau
         state_root=profile.paths.state or str(runs / ".state"),
         mpiexec=mpiexec,
         interfaces=addresses,
-        horovod=horovod_env(defaults.hvd_cycle_time_ms, defaults.hvd_fusion_mb),
+        horovod=EngineSettings().env(),  # a Lab's defaults
     )
     return plan, notes
 

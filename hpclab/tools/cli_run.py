@@ -1,8 +1,9 @@
 """``hpclab run`` and ``hpclab sweep``: train on MPI engines from the command line.
 
 Both take the RunConfig field options (:mod:`hpclab.tools.cli_fields`) and the lab options
-(workers, threads, where runs and data live), start a :class:`hpclab.cluster.lab.Lab` and record every
-run. Their exit status says how the run(s) ended (:data:`EXIT_CODES`). Heavy modules (the lab,
+(workers, threads, where runs and data live, and the settings Horovod reads at ``hvd.init()``:
+:class:`hpclab.core.engine_settings.EngineSettings`), start a :class:`hpclab.cluster.lab.Lab` and
+record every run. Their exit status says how the run(s) ended (:data:`EXIT_CODES`). Heavy modules (the lab,
 ipyparallel, the report) are imported only when a command runs.
 """
 
@@ -14,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+from hpclab.core.engine_settings import EngineSettings
 from hpclab.records import jsonio
 from hpclab.tools.cli_fields import add_field_options, base_config, field_values
 from hpclab.tools.cli_progress import Progress, say
@@ -92,6 +94,23 @@ def _add_lab_options(parser: argparse.ArgumentParser, *, many: bool) -> None:
         metavar="N",
         help="spread the workers over N nodes (Slurm; default: as the allocation places them)",
     )
+    defaults = EngineSettings()
+    group.add_argument(
+        "--hvd-cycle-time-ms",
+        type=float,
+        default=defaults.cycle_time_ms,
+        metavar="X",
+        help="Horovod: background cycle between collectives, read at hvd.init() "
+        f"(ms; default: {defaults.cycle_time_ms:g})",
+    )
+    group.add_argument(
+        "--hvd-fusion-mb",
+        type=float,
+        default=defaults.fusion_mb,
+        metavar="X",
+        help="Horovod: tensor-fusion buffer, read at hvd.init() "
+        f"(MB; 0 = no fusion; default: {defaults.fusion_mb:g})",
+    )
     group.add_argument(
         "--runs-dir",
         type=Path,
@@ -115,14 +134,22 @@ def _lab_dirs(args: argparse.Namespace) -> tuple[Path, Path]:
     return (args.runs_dir or runs, args.data_dir or data)
 
 
-def _start_lab(args: argparse.Namespace, workers: int, groups: int = 1):
-    """The Lab of a command; ``groups``: a hybrid run's, registered at start (no restart)."""
+def _engine_settings(args: argparse.Namespace, groups: int = 1) -> EngineSettings:
+    """The Lab's settings from the options (a ConfigError naming a bad one, before any start);
+    ``groups``: a hybrid run's, registered at start (no restart)."""
+    return EngineSettings(
+        cycle_time_ms=args.hvd_cycle_time_ms, fusion_mb=args.hvd_fusion_mb, groups=groups
+    )
+
+
+def _start_lab(args: argparse.Namespace, workers: int, settings: EngineSettings):
+    """The Lab of a command, with these engine settings."""
     from hpclab.cluster.lab import Lab
 
     runs_dir, data_dir = _lab_dirs(args)
     return Lab(
         workers=workers,
-        groups=groups,
+        engine_settings=settings,
         profile=args.profile,
         nodes=args.nodes,
         threads_per_worker=args.threads_per_worker,
@@ -162,6 +189,7 @@ def run(args: argparse.Namespace) -> int:
     cfg = base_config(args, **field_values(args))
     workers = args.workers
     d = cfg.derived(workers)  # validates workers against the config (ConfigError)
+    settings = _engine_settings(args, cfg.groups if cfg.update == "hybrid" else 1)
     runs_dir, data_dir = _lab_dirs(args)
     check_staged(cfg, data_dir)
     say(
@@ -173,7 +201,7 @@ def run(args: argparse.Namespace) -> int:
     interrupted = False
     # Everything the lab prints goes to stderr, so stdout carries only the result.
     with contextlib.redirect_stdout(sys.stderr):
-        with _start_lab(args, workers, cfg.groups if cfg.update == "hybrid" else 1) as lab:
+        with _start_lab(args, workers, settings) as lab:
             handle = lab.run(cfg)
             say(f"hpclab run: recording to {handle.path}")
             progress.start()
@@ -265,8 +293,16 @@ def sweep(args: argparse.Namespace) -> int:
     grid = {k: v for k, v in values.items() if len(v) > 1}
     cfg = base_config(args, **fixed)
     runs_dir, data_dir = _lab_dirs(args)
+    settings = _engine_settings(args)
     grid["workers"] = args.workers
-    points = sweeps.plan(cfg, runs_dir, current_workers=args.workers[0], data_dir=data_dir, **grid)
+    points = sweeps.plan(
+        cfg,
+        runs_dir,
+        current_workers=args.workers[0],
+        data_dir=data_dir,
+        engine=settings,
+        **grid,
+    )
     pending = [p for p in points if p.finished is None]
     print(
         f"hpclab sweep: {len(points)} run(s), {len(points) - len(pending)} already recorded, "
@@ -276,7 +312,7 @@ def sweep(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     if pending:
         try:
-            with _start_lab(args, pending[0].workers) as lab:
+            with _start_lab(args, pending[0].workers, settings) as lab:
                 records = sweeps.run_sweep(lab, cfg, **grid)
         except KeyboardInterrupt:
             say(

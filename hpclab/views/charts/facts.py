@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from hpclab.core.config import RunConfig
-from hpclab.records.store import RunRecord, load_run
+from hpclab.records.store import RunRecord, load_run, settle_engine_settings
 
 # x-axis choices: history/epoch column → axis title shown to the user
 X_AXES = {"step": "step", "samples": "samples seen", "time_s": "wall time (s)"}
@@ -60,6 +60,12 @@ class RunFacts:
         """Intra-op threads per rank (a `Lab` argument, not a RunConfig field); None if unknown."""
         return self.lab.get("threads_per_worker")
 
+    @property
+    def engine_settings(self) -> dict:
+        """What Horovod read at ``hvd.init()`` (the Lab's EngineSettings as a dict: cycle_time_ms,
+        fusion_mb, timeline, groups); {} for a record that names none."""
+        return dict(self.lab.get("engine_settings") or {})
+
 
 def _frame(value: Any) -> pd.DataFrame:
     if isinstance(value, pd.DataFrame):
@@ -90,6 +96,10 @@ def run_facts(run_like: Any) -> RunFacts:
     cfg = attr_or(run_like, "config", {}) or {}
     cfg_obj = cfg if hasattr(cfg, "to_dict") else None
     config = cfg.to_dict() if cfg_obj is not None else dict(cfg)
+    # a config from before EngineSettings: its two Horovod settings move to the lab's (the rule
+    # of hpclab.records.store.settle_engine_settings), so it loads as a RunConfig
+    meta = settle_engine_settings({**meta, "config": config})
+    config = meta["config"]
     workers = attr_or(run_like, "workers", None) or summary.get("world_size") or 1
     try:
         workers = max(1, int(workers))

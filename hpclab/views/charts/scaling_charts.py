@@ -18,13 +18,15 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from hpclab.core.engine_settings import THROUGHPUT_FIELDS
 from hpclab.core.metrics import efficiency
 from hpclab.views.charts.facts import facts_of, text
 from hpclab.views.charts.outcomes import failed, throughput
 from hpclab.views.charts.skeleton import RUN_COLORS
 
 # which RunConfig fields decide throughput (besides the batch and the worker count); the threads
-# per worker decide it too, but they are a Lab argument, read from the record's lab meta
+# per worker and Horovod's cycle time and fusion buffer decide it too, but they are the Lab's,
+# read from the record's lab meta (THROUGHPUT_FIELDS of its engine settings)
 _THROUGHPUT_KEYS = (
     "dataset",
     "model",
@@ -36,8 +38,6 @@ _THROUGHPUT_KEYS = (
     "optimizer",
     "xla",
     "grad_allreduce",
-    "hvd_cycle_time_ms",
-    "hvd_fusion_mb",
     "publish_every_s",
     "noise_scale",
     "straggler_rank",
@@ -74,8 +74,8 @@ def scaling_series(records: Iterable[Any], rate: str = "training") -> list[dict]
     (``overall_samples_per_sec``): the rate a serial test phase bounds (Amdahl's law).
 
     Weak scaling: fixed per-worker batch (global batch grows with N). Strong scaling: fixed global
-    batch (per-worker batch shrinks). Runs with different threads per worker (``Lab`` argument,
-    recorded in config.json under "lab") never share a series. Each series: kind, name,
+    batch (per-worker batch shrinks). Runs with different threads per worker or engine settings (``Lab``
+    arguments, recorded in config.json under "lab") never share a series. Each series: kind, name,
     threads_per_worker (None if not recorded), and per worker count N the mean throughput T_N and
     E(N) = T_N / (N · T_1) (hpclab.core.metrics.efficiency). Without a 1-worker run, T_1 is taken as
     T_m / m for the smallest N = m, and the name says "relative to N=m".
@@ -96,7 +96,9 @@ def scaling_series(records: Iterable[Any], rate: str = "training") -> list[dict]
     ):
         groups: dict = {}
         for f, t, ci in runs:
-            setup = tuple(_freeze(f.config.get(k)) for k in _THROUGHPUT_KEYS)
+            setup = tuple(_freeze(f.config.get(k)) for k in _THROUGHPUT_KEYS) + tuple(
+                f.engine_settings.get(k) for k in THROUGHPUT_FIELDS
+            )
             key = (setup, f.threads_per_worker, batch_of(f))
             groups.setdefault(key, []).append((f, t, ci))
         for (_, threads, batch), members in groups.items():
