@@ -1,7 +1,8 @@
 """What the lab offers and its bounds: datasets, models, optimizers, precisions, limits.
 
-One home for each of these facts. `RunConfig` validates against them, the panel and the CLI
-offer them as choices, and the rank side looks its builders up by the same names (its tests
+One home for each of these facts. The knob table (hpclab.core.knobs) names them as a knob's
+choices and bounds, so `RunConfig` validates against them and the panel and the CLI offer
+them; the rank side looks its builders up by the same names (its tests
 check that every name here has a builder).
 """
 
@@ -66,22 +67,6 @@ UPDATES = ("sync", "local_sgd", "hybrid", "crossbow")
 SDC_TARGETS = ("none", "weights", "gradients", "activations")
 FLOAT32_BITS = 32  # bit 31 sign, 30-23 exponent, 22-0 mantissa (IEEE 754 binary32)
 MAX_ROLLBACKS = 3  # rollbacks to the same state before a run gives up (the fault is not transient)
-#: RunConfig fields with a closed set of values, and the values (config checks, CLI choices).
-CHOICES = {
-    "dataset": DATASETS,
-    "model": MODELS,
-    "optimizer": OPTIMIZERS,
-    "lr_scaling": LR_SCALINGS,
-    "lr_schedule": LR_SCHEDULES,
-    "precision": PRECISIONS,
-    "grad_allreduce": GRAD_ALLREDUCES,
-    "validation": VALIDATIONS,
-    "augment": AUGMENTS,
-    "shards": SHARDS,
-    "shuffle": SHUFFLES,
-    "sdc_target": SDC_TARGETS,
-    "update": UPDATES,
-}
 
 # -- limits -------------------------------------------------------------------------------------
 MAX_WORKERS = 512  # MPI engines one Lab starts
@@ -126,7 +111,6 @@ __all__ = [
     "MAX_AUGMENT_COST",
     "SHARDS",
     "SHUFFLES",
-    "CHOICES",
     "MAX_WORKERS",
     "MAX_THREADS_PER_WORKER",
     "MAX_STEPS_PER_CALL",
