@@ -34,6 +34,7 @@ from hpclab.core.catalog import (
 from hpclab.core.config_rules import check_workers, validate
 from hpclab.core.errors import ConfigError
 from hpclab.core.knobs import KNOBS, Knob, fail
+from hpclab.core.plan import RunPlan, plan_run
 
 #: The knobs a RunConfig holds, in field order.
 #: (What Horovod reads once at hvd.init() is the Lab's: hpclab.core.engine_settings.)
@@ -202,6 +203,11 @@ class RunConfig:
             "eval_every": self.eval_interval(workers),
             "train_samples_per_worker": self.train_size() // workers,
         }
+
+    def for_workers(self, workers: int) -> RunPlan:
+        """What this config becomes on ``workers`` ranks (:class:`hpclab.core.plan.RunPlan`):
+        computed and checked once, before any engine starts; the ranks receive it."""
+        return plan_run(self, workers)
 
     def label(self, workers: int | None = None) -> str:
         """A short human label for legends: the name, or the knobs that usually differ;
