@@ -150,3 +150,26 @@ def test_a_sweep_reuses_a_record_only_under_the_same_throughput_settings(tmp_pat
     new = write_run(tmp_path / "new", workers=2, lab={"engine_settings": FRESH.to_dict()})
     config = json.loads((new / "config.json").read_text())["config"]
     assert find_finished(tmp_path / "new", config, 2, EngineSettings(groups=2)) == new
+
+
+# -- the command line: lab options of `hpclab run` and `hpclab sweep` -------------------------
+
+
+def test_the_cli_takes_the_settings_as_lab_options():
+    from hpclab.tools import cli, cli_run
+
+    args = cli.build_parser().parse_args(
+        ["run", "--hvd-cycle-time-ms", "2", "--hvd-fusion-mb", "0"]
+    )
+    assert cli_run._engine_settings(args, groups=2) == EngineSettings(2.0, 0.0, groups=2)  # hybrid
+    sweep = cli.build_parser().parse_args(["sweep", "--batch-per-worker", "32,64"])
+    assert cli_run._engine_settings(sweep) == FRESH
+
+
+def test_a_bad_setting_on_the_command_line_is_one_sentence_and_exit_2(capsys):
+    from hpclab.tools import cli
+
+    assert cli.main(["run", "--hvd-cycle-time-ms", "0", "--workers", "1"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.strip().splitlines()) == 1
+    assert "cycle_time_ms=0.0" in err and "> 0" in err
