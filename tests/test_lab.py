@@ -317,6 +317,25 @@ def test_engine_settings_reach_the_engines_and_other_settings_restart_them(tmp_p
         assert rank_pids(lab) == pids
 
 
+def test_restart_decides_the_engine_settings_before_starting(tmp_path, monkeypatch):
+    """Which settings a restart starts the engines with (no engines: start and stop are
+    replaced): other workers drop groups that no longer divide them, ``settings=`` replaces
+    them, ``cfg=`` adds what its run needs (EngineSettings.for_run)."""
+    monkeypatch.setattr(Lab, "start", lambda self: None)
+    monkeypatch.setattr(Lab, "stop", lambda self: None)
+    lab = Lab(workers=4, groups=2, runs_dir=tmp_path, verbose=False)
+    assert lab.engine_settings == EngineSettings(groups=2)
+    lab.restart(workers=3)
+    assert lab.workers == 3 and lab.engine_settings == EngineSettings()
+    lab.restart(workers=4, cfg=RunConfig(update="hybrid", groups=2, timeline_steps=2))
+    assert lab.engine_settings == EngineSettings(timeline=True, groups=2)
+    lab.restart(settings=EngineSettings(cycle_time_ms=1.0))
+    assert lab.engine_settings == EngineSettings(cycle_time_ms=1.0)
+    with pytest.raises(ConfigError, match="divisor of workers \\(4\\).*groups=3"):
+        lab.restart(settings=EngineSettings(groups=3))
+    assert lab.engine_settings == EngineSettings(cycle_time_ms=1.0)  # (unchanged)
+
+
 def test_engine_settings_and_groups_are_given_once():
     with pytest.raises(ConfigError, match=r"groups must be 1 or engine_settings.groups \(2\)"):
         Lab(workers=4, groups=4, engine_settings=EngineSettings(groups=2))
