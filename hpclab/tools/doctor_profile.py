@@ -249,7 +249,9 @@ def check_allreduce(lab, timeout: float) -> Check:
             )
         else:
             reason = str(exc).rstrip(".")
-            text = f"The allreduce failed on the engines ({reason}); run `make setup` to rebuild it."
+            text = (
+                f"The allreduce failed on the engines ({reason}); run `make setup` to rebuild it."
+            )
         return Check("allreduce", False, text)
     seconds = time.perf_counter() - start
     by_rank = {p["rank"]: p for p in probes}
