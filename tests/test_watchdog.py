@@ -41,6 +41,32 @@ def test_the_rank_whose_counter_stands_still_is_named():
     assert dog.verdict(among=[0, 2]) is None  # rank 1's task returned: nothing expected of it
 
 
+def test_the_clients_own_pause_is_not_held_against_the_ranks():
+    """The client looks every 0.2 s; a 12 s gap between two looks was the client's pause (its
+    process stopped, a cell holding the GIL). The ranks are judged on the time the client was
+    there to hear them: silent 1 s before the pause and 1.5 s after, not 14.5 s. A rank that
+    stays silent after the pause is named on the time since, as before."""
+    clock = Clock()
+    dog = Watchdog(RANKS[:2], hang_s=8, clock=clock)
+    for _ in range(5):
+        clock.now += 0.2
+        assert dog.tick() == 0.0
+        dog.observe(0, clock.now), dog.observe(1, clock.now)
+    clock.now += 1.0
+    assert dog.tick() == 0.0  # one slow look: not a pause
+    clock.now += 12.0
+    assert dog.tick() == pytest.approx(12.0) and dog.paused_s == pytest.approx(12.0)
+    clock.now += 1.5
+    assert dog.tick() == 0.0
+    assert dog.silent(longer_than=0) == {0: pytest.approx(2.5), 1: pytest.approx(2.5)}
+    assert dog.verdict() is None
+    for _ in range(30):  # the queued beats arrive, and new ones; rank 1's do not
+        clock.now += 0.2
+        dog.tick()
+        dog.observe(0, clock.now)
+    assert dog.verdict() == "rank 1 (pid 1001 on node-a) stopped responding: no heartbeat for 9 s"
+
+
 def test_every_rank_silent_blames_the_link_not_a_rank():
     clock = Clock()
     dog = Watchdog(RANKS[:2], hang_s=8, clock=clock)

@@ -206,6 +206,21 @@ class Run:
         if new_rows or new_epochs:
             self._notify()
 
+    def _fill_gaps(self, rows: list[dict]) -> None:
+        """Rank 0 returns every row at the end; live messages carry only the latest ones, so a
+        client away for longer than they reach back (a paused notebook) missed some. Those
+        take their place in the history and in the record."""
+        with self._lock:
+            seen = {r["step"] for r in self._rows}
+            last = self._rows[-1]["step"] if self._rows else -1
+            missed = [r for r in rows if r["step"] < last and r["step"] not in seen]
+            if not missed:
+                return
+            self._rows = sorted(self._rows + missed, key=lambda r: r["step"])
+            complete = list(self._rows)
+        log.info("run %s: %d rows the client missed came with the result", self.run_id, len(missed))
+        self._write("rows", lambda: self._store.rewrite_history(complete))
+
     def _write(self, what: str, write: Callable[[], None]) -> None:
         """Write to the run folder, until a write fails (a full disk, a deleted folder): then
         say so once and keep the rows in memory only (run.history, run.to_csv()), so the record
@@ -251,7 +266,9 @@ class Run:
             )
             return
         rank0 = outcomes[0]
-        self._merge(rank0.pop("rows", []), rank0.pop("epochs", []))
+        rows = rank0.pop("rows", [])
+        self._fill_gaps(rows)
+        self._merge(rows, rank0.pop("epochs", []))
         summary = {k: v for k, v in rank0.items() if k != "rank"}
         summary["weights_digest"] = [o["weights_digest"] for o in outcomes]
         if summary.get("sdc"):  # every rank's weight digest right after the flip, its values
@@ -288,6 +305,14 @@ class Run:
 
     def _hung(self, pending: list[int]) -> bool:
         """A rank stopped beating (hpclab.cluster.watchdog): name it, end the run, stop every rank."""
+        paused = self._watchdog.tick()
+        if paused:
+            log.warning(
+                "run %s: this client was paused for %.0f s (the ranks trained on); their "
+                "silence meanwhile is not held against them",
+                self.run_id,
+                paused,
+            )
         for i, result in enumerate(self._results):
             self._watchdog.observe(i, (result.data or {}).get(HEARTBEAT))
         silent = self._watchdog.silent(pending)

@@ -10,6 +10,12 @@ message names the culprit.
 
 Pure bookkeeping on the client's clock (no clocks of other hosts are compared); the process state
 of a rank on this host is read with psutil (ipyparallel's own dependency).
+
+The client's own silence is not the ranks': while the client is paused (Ctrl-Z, a cell holding
+the GIL, a VM or laptop pause) no heartbeat can reach the watchdog, and when it resumes its
+messages are still queued behind ipyparallel's IO thread. So :meth:`Watchdog.tick`, called once
+per look, measures the gap since the last look; a gap longer than ``pause_s`` was the client's
+pause and is credited to every rank, which are judged only on time the client was there to hear.
 """
 
 from __future__ import annotations
@@ -22,6 +28,9 @@ from collections.abc import Callable
 #: ten missed controller heartbeats after which ipyparallel declares an engine dead (~10 s with
 #: hpclab.cluster.launch.HEARTBEAT_MS), so a hang is named as a hang, not as a death.
 HANG_S = 8.0
+#: A gap this long between two looks of the run's monitor (which looks every 0.2 s) means the
+#: client itself was paused; the gap is not counted against any rank.
+PAUSE_S = 2.0
 
 _STATES = {  # psutil status → what it means for a rank that stopped beating
     "stopped": "its process is stopped (SIGSTOP or SIGTSTP)",
@@ -40,11 +49,26 @@ class Watchdog:
         ranks: list[dict],
         hang_s: float = HANG_S,
         clock: Callable[[], float] = time.monotonic,
+        pause_s: float = PAUSE_S,
     ):
         self.ranks, self.hang_s, self.clock = ranks, float(hang_s), clock
+        self.pause_s = float(pause_s)
         now = clock()
         self._value: list[object] = [None] * len(ranks)
         self._changed = [now] * len(ranks)  # the start counts as a sign of life
+        self._last_look = now
+        self.paused_s = 0.0  # the client's own pauses so far, credited to every rank
+
+    def tick(self) -> float:
+        """One look at the ranks begins: a gap since the last look longer than ``pause_s`` was
+        the client's own pause, credited to every rank. Returns the gap credited (0 if none)."""
+        now = self.clock()
+        gap, self._last_look = now - self._last_look, now
+        if gap <= self.pause_s:
+            return 0.0
+        self._changed = [t + gap for t in self._changed]
+        self.paused_s += gap
+        return gap
 
     def observe(self, rank: int, value: object) -> None:
         """Rank `rank`'s latest heartbeat counter (None: none seen yet)."""

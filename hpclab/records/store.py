@@ -26,7 +26,14 @@ import pandas as pd
 
 from hpclab.core.engine_settings import FORMER_RUN_CONFIG_FIELDS, THROUGHPUT_FIELDS, EngineSettings
 from hpclab.core.errors import RecordError
-from hpclab.records.jsonio import append_jsonl, read_json, read_jsonl, write_json_atomic
+from hpclab.records.jsonio import (
+    append_jsonl,
+    dumps,
+    read_json,
+    read_jsonl,
+    write_json_atomic,
+    write_text_atomic,
+)
 
 STOP_FILE = "STOP"
 log = logging.getLogger(__name__)
@@ -179,6 +186,12 @@ class RunStore:
 
     def append_history(self, rows: list[dict]) -> None:
         append_jsonl(self.path / "metrics.jsonl", rows, self.file_mode)
+
+    def rewrite_history(self, rows: list[dict]) -> None:
+        """Replace the history with `rows` in one atomic write (rows that arrived late, after
+        the client was away longer than the live messages reach back, take their place)."""
+        text = "".join(dumps(r, sort_keys=True) + "\n" for r in rows)
+        write_text_atomic(self.path / "metrics.jsonl", text, self.file_mode)
 
     def append_epochs(self, rows: list[dict]) -> None:
         append_jsonl(self.path / "epochs.jsonl", rows, self.file_mode)
