@@ -49,6 +49,32 @@ CELL_TIMEOUT_S = 300  # one cell (a sweep) may take this long before nbclient gi
 BUDGET_S = 180  # what a notebook may take on 2 cores (warned about, not failed)
 
 
+def _records(runs_dir: Path) -> list:
+    from hpclab import load_run
+
+    return [load_run(p.parent) for p in sorted(runs_dir.glob("*/config.json"))]
+
+
+def _claim_00(runs_dir: Path) -> str:
+    """Notebook 00: the first run finishes well above chance (0.10) with one weights digest on
+    every rank, and in synchronous training the ranks' own rates come out nearly equal."""
+    (run,) = _records(runs_dir)
+    s = run.summary
+    assert s["status"] == "finished" and s["val_accuracy"] >= 0.5, s  # chance is 0.10
+    assert len(s["weights_digest"]) == s["world_size"] == 2, s["weights_digest"]
+    assert len(set(s["weights_digest"])) == 1, s["weights_digest"]
+    rates = s["rank_samples_per_sec"]
+    assert max(rates) <= 1.1 * min(rates), rates  # every rank runs at the group's pace
+    return (
+        f"{s['status']}, val accuracy {s['val_accuracy']:.3f}, digests {s['weights_digest']}, "
+        f"{s['samples_per_sec']:,.0f} samples/s, per rank {[round(r) for r in rates]}"
+    )
+
+
+def pd_round(d: dict) -> dict:
+    return {k: round(float(v), 1) for k, v in sorted(d.items())}
+
+
 def _claim_06(runs_dir: Path) -> str:
     """Notebook 06: a 50 % straggler lowers load balance to about 0.75, clearly below the balanced
     run's; the timeline records the negotiation; rank-0 validation lowers the measured E(2) of
@@ -204,6 +230,7 @@ def _claim_09(runs_dir: Path) -> str:
 
 
 CLAIMS = {
+    "00_welcome": _claim_00,
     "06_where_time_goes": _claim_06,
     "07_input_and_io": _claim_07,
     "08_silent_data_corruption": _claim_08,
