@@ -7,7 +7,7 @@ compared with the hpclab engine one for one:
 
 * model: `hpclab.rank.models.build_model("cnn1d", ...)` (5,210 parameters, float32 logits);
 * data: `hpclab.rank.data.load_arrays` MNIST-1D (default 40k samples, 20 % held out), each rank on its
-  `hpclab.rank.data.shard` (contiguous 1/N slice), `steps_per_epoch = RunConfig.steps_per_epoch(N)`;
+  `hpclab.rank.data.shard` (contiguous 1/N slice), `steps_per_epoch = RunConfig.for_workers(N).steps_per_epoch`;
 * batch per rank, SGD momentum 0.9, LR 0.05 x global_batch / 64 (hpclab's "linear" default);
 * 1 intra-op thread (and 1 inter-op thread) per rank, as the Lab's engines use by default.
 
@@ -109,7 +109,9 @@ def main(argv=None) -> None:
         .batch(args.batch)
         .prefetch(tf.data.AUTOTUNE)
     )  # prefetch: not in the example; fairer to fit
-    steps_per_epoch = cfg.steps_per_epoch(size)  # Horovod: steps shrink with the number of ranks
+    steps_per_epoch = cfg.for_workers(
+        size
+    ).steps_per_epoch  # Horovod: steps shrink with the number of ranks
 
     model = models.build_model("cnn1d", arrays.input_shape, arrays.num_classes, args.seed)
 

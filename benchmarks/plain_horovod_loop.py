@@ -9,7 +9,7 @@ own ceiling for hpclab's engine (arm C of `make bench`), on the same problem:
 
 * model: `hpclab.rank.models.build_model("cnn1d", ...)` (the engine's model, same seed);
 * data: `hpclab.rank.data.load_arrays` MNIST-1D (default 40k samples, 20 % held out), each rank on
-  its `hpclab.rank.data.shard`, `steps_per_epoch = RunConfig.steps_per_epoch(N)`;
+  its `hpclab.rank.data.shard`, `steps_per_epoch = RunConfig.for_workers(N).steps_per_epoch`;
 * batch per rank 64, momentum-0.9 SGD at LR 0.05 x global_batch / 64; one intra-op thread per rank.
 
 Throughput uses the estimator of plain_horovod_fit.py and of the engine: every call of K steps is
@@ -85,7 +85,7 @@ def main(argv=None) -> None:
         .prefetch(tf.data.AUTOTUNE)
     )
     batches = iter(dataset)
-    steps_per_epoch = cfg.steps_per_epoch(size)
+    steps_per_epoch = cfg.for_workers(size).steps_per_epoch
 
     model = models.build_model("cnn1d", arrays.input_shape, arrays.num_classes, args.seed)
     loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)

@@ -294,11 +294,11 @@ def engine_run(lab, cfg) -> dict:
     workers = s.get("world_size") or lab.workers
     first_steps = min(  # the trainer's first call: capped by the epoch and the run
         cfg.steps_per_call or FIRST_CALL_STEPS,
-        cfg.steps_per_epoch(workers),
-        cfg.total_steps(workers),
+        cfg.for_workers(workers).steps_per_epoch,
+        cfg.for_workers(workers).total_steps,
     )
     sps = s["samples_per_sec"]
-    step_s = cfg.global_batch(workers) / sps if sps and sps > 0 else None
+    step_s = cfg.for_workers(workers).global_batch / sps if sps and sps > 0 else None
     return {
         **split,
         "samples_per_sec": sps,

@@ -62,8 +62,8 @@ def make_history(
 ) -> list[dict]:
     """`n` telemetry rows shaped like the engine's (docs/architecture.md, "History row"), spread
     evenly over `steps` optimizer steps (default: the whole run)."""
-    gb, spe = cfg.global_batch(workers), cfg.steps_per_epoch(workers)
-    steps = steps or cfg.total_steps(workers)
+    gb, spe = cfg.for_workers(workers).global_batch, cfg.for_workers(workers).steps_per_epoch
+    steps = steps or cfg.for_workers(workers).total_steps
     share = samples_per_sec / workers
     ranks = [share * (1 + 0.02 * (r - (workers - 1) / 2)) for r in range(workers)]
     rows = []
@@ -78,7 +78,7 @@ def make_history(
                 "time_s": step / spe * epoch_s,
                 "loss": 2.3 * math.exp(-3 * progress) + 0.15,
                 "accuracy": 0.95 - 0.85 * math.exp(-3 * progress),
-                "lr": cfg.lr_at(step, workers),
+                "lr": cfg.for_workers(workers).lr_at(step),
                 "samples_per_sec": samples_per_sec,
                 "rank_samples_per_sec": list(ranks),
                 **split_columns(workers),
@@ -99,7 +99,7 @@ def make_epochs(
     epoch_s: float = 5.0,
 ) -> list[dict]:
     """One row per finished epoch (docs/architecture.md, "Epoch row"), val_accuracy as given."""
-    spe = cfg.steps_per_epoch(workers)
+    spe = cfg.for_workers(workers).steps_per_epoch
     return [
         {
             "epoch": k,
@@ -109,7 +109,7 @@ def make_epochs(
             "accuracy": a,
             "val_loss": 1.0 - a,
             "val_accuracy": a,
-            "lr": cfg.peak_lr(workers),
+            "lr": cfg.for_workers(workers).peak_lr,
             "samples_per_sec": samples_per_sec,
         }
         for k, a in enumerate(val_accs, start=1)
@@ -153,7 +153,7 @@ def write_run(
     meta: dict[str, Any] = {
         "config": cfg.to_dict(),
         "workers": workers,
-        "derived": cfg.derived(workers),
+        "derived": cfg.for_workers(workers).derived(),
     }
     if threads_per_worker is not None or lab:
         meta["lab"] = {
@@ -177,13 +177,16 @@ def write_run(
     store = RunStore(root)
     store.create(meta)
 
-    spe = cfg.steps_per_epoch(workers)
+    spe = cfg.for_workers(workers).steps_per_epoch
     epochs = (
         epoch_rows
         if epoch_rows is not None
         else make_epochs(cfg, workers, val_accs, samples_per_sec=samples_per_sec, epoch_s=epoch_s)
     )
-    steps = max((int(e.get("step") or 0) for e in epochs), default=0) or cfg.total_steps(workers)
+    steps = (
+        max((int(e.get("step") or 0) for e in epochs), default=0)
+        or cfg.for_workers(workers).total_steps
+    )
     rows = (
         history
         if isinstance(history, list)
@@ -212,8 +215,8 @@ def write_run(
             "samples_per_sec_ci95": 0.02 * samples_per_sec,
             "rank_samples_per_sec": [samples_per_sec / workers] * workers,
             "world_size": workers,
-            "global_batch": cfg.global_batch(workers),
-            "lr": cfg.peak_lr(workers),
+            "global_batch": cfg.for_workers(workers).global_batch,
+            "lr": cfg.for_workers(workers).peak_lr,
             "precision": cfg.precision,
             "weights_digest": ["0" * 16] * workers,
             "steps": steps,

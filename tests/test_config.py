@@ -128,8 +128,8 @@ def test_frozen():
 )
 def test_peak_lr_follows_the_rule(rule, workers, expected):
     cfg = RunConfig(batch_per_worker=64, base_batch=64, base_lr=0.05, lr_scaling=rule)
-    assert cfg.global_batch(workers) == 64 * workers
-    assert cfg.peak_lr(workers) == pytest.approx(expected, rel=1e-12)
+    assert cfg.for_workers(workers).global_batch == 64 * workers
+    assert cfg.for_workers(workers).peak_lr == pytest.approx(expected, rel=1e-12)
 
 
 def test_warmup_ramps_per_step_then_holds():
@@ -143,10 +143,10 @@ def test_warmup_ramps_per_step_then_holds():
         epochs=3,
     )
     w = 2
-    spe = cfg.steps_per_epoch(w)
+    spe = cfg.for_workers(w).steps_per_epoch
     assert spe == 8000 // 100
-    assert cfg.warmup_steps(w) == spe
-    lrs = [cfg.lr_at(s, w) for s in range(cfg.total_steps(w))]
+    assert cfg.for_workers(w).warmup_steps == spe
+    lrs = [cfg.for_workers(w).lr_at(s) for s in range(cfg.for_workers(w).total_steps)]
     assert lrs[0] == pytest.approx(0.1)
     assert lrs[spe // 2] == pytest.approx(0.1 + (0.2 - 0.1) * (spe // 2) / spe)
     assert all(b > a for a, b in zip(lrs[:spe], lrs[1:spe]))  # strictly increasing ramp
@@ -155,16 +155,16 @@ def test_warmup_ramps_per_step_then_holds():
 
 def test_cosine_schedule_ends_near_zero():
     cfg = RunConfig(lr_schedule="cosine", warmup_epochs=0, lr_scaling="none", epochs=2)
-    n = cfg.total_steps(1)
-    assert cfg.lr_at(0, 1) == pytest.approx(cfg.base_lr)
-    assert cfg.lr_at(n - 1, 1) < 0.01 * cfg.base_lr
+    n = cfg.for_workers(1).total_steps
+    assert cfg.for_workers(1).lr_at(0) == pytest.approx(cfg.base_lr)
+    assert cfg.for_workers(1).lr_at(n - 1) < 0.01 * cfg.base_lr
 
 
 def test_steps_and_max_steps():
     cfg = RunConfig(num_samples=20000, batch_per_worker=64, epochs=6)
-    assert cfg.steps_per_epoch(2) == 16000 // 128
-    assert cfg.total_steps(2) == 6 * (16000 // 128)
-    assert cfg.replace(max_steps=10).total_steps(2) == 10
+    assert cfg.for_workers(2).steps_per_epoch == 16000 // 128
+    assert cfg.for_workers(2).total_steps == 6 * (16000 // 128)
+    assert cfg.replace(max_steps=10).for_workers(2).total_steps == 10
 
 
 def test_label_names_the_knobs():
@@ -189,11 +189,14 @@ def test_a_step_bomb_and_a_publish_flood_are_refused_with_their_limits():
 
     bomb = RunConfig(num_samples=10_000_000, batch_per_worker=1, epochs=10_000)
     with pytest.raises(ConfigError, match=f"at most {MAX_TOTAL_STEPS:,} are allowed"):
-        bomb.derived(2)
+        bomb.for_workers(2).derived()
     capped = bomb.replace(max_steps=1000)  # the same run cut by max_steps is fine
-    assert capped.total_steps(2) == 1000
-    limit = int(MAX_TOTAL_STEPS / RunConfig(num_samples=10_000_000).steps_per_epoch(1))
-    assert RunConfig(num_samples=10_000_000, epochs=limit).total_steps(1) <= MAX_TOTAL_STEPS
+    assert capped.for_workers(2).total_steps == 1000
+    limit = int(MAX_TOTAL_STEPS / RunConfig(num_samples=10_000_000).for_workers(1).steps_per_epoch)
+    assert (
+        RunConfig(num_samples=10_000_000, epochs=limit).for_workers(1).total_steps
+        <= MAX_TOTAL_STEPS
+    )
     with pytest.raises(ConfigError, match="publish_every_s=0.01"):
         RunConfig(publish_every_s=0.01)
     assert RunConfig(publish_every_s=0).publish_every_s == 0
@@ -212,14 +215,14 @@ def test_a_step_bomb_and_a_publish_flood_are_refused_with_their_limits():
 )
 def test_uneven_batch_shares_keep_the_global_batch(batch, skew, workers, expected):
     cfg = RunConfig(batch_per_worker=batch, batch_skew=skew)
-    assert cfg.local_batches(workers) == expected
-    assert sum(expected) == cfg.global_batch(workers)
+    assert list(cfg.for_workers(workers).local_batches) == expected
+    assert sum(expected) == cfg.for_workers(workers).global_batch
 
 
 def test_a_skew_that_leaves_a_rank_no_batch_is_refused_before_any_engine_starts():
     cfg = RunConfig(batch_per_worker=4, batch_skew=90)  # rank 0: 8 of 8 on two workers
     with pytest.raises(ConfigError, match=r"RunConfig.batch_skew .* every rank a batch"):
-        cfg.derived(2)
+        cfg.for_workers(2).derived()
     with pytest.raises(ConfigError, match="batch_skew must be 0 with shuffle 'global'"):
         RunConfig(batch_skew=20, shuffle="global")
 
@@ -245,9 +248,11 @@ def test_model_averaging_and_staleness_rules_name_the_field_and_what_is_allowed(
 def test_hybrid_groups_must_divide_the_workers_of_the_run():
     """Checked against the run's workers (every run asks cfg.derived before any rank starts)."""
     hybrid = RunConfig(update="hybrid", groups=2)
-    assert hybrid.derived(4)["global_batch"] == 4 * hybrid.batch_per_worker
+    assert hybrid.for_workers(4).derived()["global_batch"] == 4 * hybrid.batch_per_worker
     with pytest.raises(ConfigError, match=r"groups must be a divisor of workers \(6\)"):
-        hybrid.replace(groups=4).derived(6)
+        hybrid.replace(groups=4).for_workers(6).derived()
     with pytest.raises(ConfigError, match="groups must be an integer from 1"):
         RunConfig(update="hybrid", groups=0)
-    assert RunConfig(groups=3).derived(4)["workers"] == 4  # (groups matter to hybrid runs only)
+    assert (
+        RunConfig(groups=3).for_workers(4).derived()["workers"] == 4
+    )  # (groups matter to hybrid runs only)

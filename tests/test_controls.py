@@ -84,12 +84,12 @@ def test_config_from_widgets_carries_every_knob(preview):
 def test_derived_numbers_follow_the_knobs_and_equal_runconfig_derived(preview, changes, workers):
     before = dict(preview.derived)
     set_knobs(preview, workers=workers, **changes)
-    expected = SMALL.replace(**changes).derived(workers)
+    expected = SMALL.replace(**changes).for_workers(workers).derived()
     assert preview.derived == expected
     shown = preview.widgets["derived"].value
     for key in ("global_batch", "steps_per_epoch", "total_steps"):
         assert f"<b>{expected[key]:,}</b>" in shown
-    warm = SMALL.replace(**changes).warmup_text(workers)
+    warm = SMALL.replace(**changes).for_workers(workers).warmup_text()
     assert warm in shown and (f"warm-up {expected['warmup_steps']} steps" in warm) == bool(
         expected["warmup_steps"]
     )
@@ -105,9 +105,12 @@ def test_lr_rule_changes_the_scaled_peak_lr(preview):
     for rule in ("none", "linear", "sqrt"):
         preview.widgets["lr_scaling"].value = rule
         peaks[rule] = preview.derived["peak_lr"]
-        assert peaks[rule] == SMALL.replace(
-            batch_per_worker=64, base_batch=64, base_lr=0.05, lr_scaling=rule
-        ).peak_lr(4)
+        assert (
+            peaks[rule]
+            == SMALL.replace(batch_per_worker=64, base_batch=64, base_lr=0.05, lr_scaling=rule)
+            .for_workers(4)
+            .peak_lr
+        )
     assert peaks["none"] < peaks["sqrt"] < peaks["linear"]
 
 
@@ -138,7 +141,7 @@ def test_invalid_combination_shows_the_configerror_sentence_and_disables_run(pre
         preview.config_from_widgets()
     set_knobs(preview, **{field: getattr(SMALL, field)})  # fixing it clears the sentence
     assert preview.config_error is None and "RunConfig." not in preview.status
-    assert preview.derived == SMALL.derived(2)
+    assert preview.derived == SMALL.for_workers(2).derived()
 
 
 def test_model_choices_follow_the_dataset(preview):
@@ -271,7 +274,7 @@ def test_status_line_says_starting_then_step_epoch_and_speed():
         {"step": 20, "epoch": 0.4, "samples_per_sec": 12345.6},
     ]
     text, bad = status_line(stand_in_run("running", rows))
-    total = SMALL.total_steps(2)
+    total = SMALL.for_workers(2).total_steps
     assert text == f"running: step 20/{total:,} · epoch 0.40 · 12,346 samples/s" and not bad
 
 
@@ -375,7 +378,7 @@ def test_changing_workers_restarts_the_engines_on_run(lab):
     try:
         panel.widgets["workers"].value = 1
         assert "Run restarts" in panel.widgets["workers_note"].value
-        assert panel.derived == panel.config_from_widgets().derived(1)
+        assert panel.derived == panel.config_from_widgets().for_workers(1).derived()
         panel.widgets["run"].click()  # restarts, then starts
         assert lab.workers == 1 and panel.run.workers == 1
         assert any("restarting the engines with 1 worker " in s for s in seen)

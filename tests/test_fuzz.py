@@ -43,7 +43,7 @@ KEYS = st.one_of(st.sampled_from(field_names()), st.text(min_size=1, max_size=8)
 def test_any_dict_is_a_config_or_a_config_error(data, workers):
     try:
         cfg = RunConfig.from_dict(data)
-        cfg.derived(workers)  # total steps, LR schedule length, warm-up: all bounded
+        cfg.for_workers(workers).derived()  # total steps, LR schedule length, warm-up: all bounded
     except ConfigError as exc:
         text = str(exc)
         assert text.endswith(".") and "\n" not in text, text  # one sentence
@@ -72,6 +72,6 @@ def test_any_run_command_line_is_validated_or_refused_with_exit_2(pairs, workers
     assert isinstance(args, argparse.Namespace)
     try:
         cfg = cli_fields.base_config(args, **cli_fields.field_values(args))
-        cfg.derived(args.workers)
+        cfg.for_workers(args.workers).derived()
     except ConfigError as exc:
         assert str(exc).endswith("."), str(exc)

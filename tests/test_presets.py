@@ -50,7 +50,7 @@ def test_notebooks_write_extra_seeds_relative_to_the_presets():
 
 def test_quick_is_the_same_problem_smaller():
     assert QUICK.replace(num_samples=WORKSHOP.num_samples, epochs=WORKSHOP.epochs) == WORKSHOP
-    assert QUICK.train_size() == 8192 and QUICK.total_steps(2) == 2 * 8192 // 128
+    assert QUICK.train_size() == 8192 and QUICK.for_workers(2).total_steps == 2 * 8192 // 128
 
 
 def test_cluster_gpu_is_horovods_synthetic_resnet50_benchmark():

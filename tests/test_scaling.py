@@ -131,14 +131,14 @@ def test_runconfig_warmup_at_and_above_base_batch_goes_up_to_the_scaled_peak():
     # 2 workers x 64 = global 128 = 4 x base_batch 32: linear peak = 4 x base_lr.
     cfg = RunConfig(batch_per_worker=64, base_batch=32, base_lr=0.05, lr_scaling="linear")
     w = 2
-    lrs = [cfg.lr_at(s, w) for s in range(cfg.total_steps(w))]
+    lrs = [cfg.for_workers(w).lr_at(s) for s in range(cfg.for_workers(w).total_steps)]
     assert lrs[0] == pytest.approx(0.05)
     assert max(lrs) == pytest.approx(0.05 * 128 / 32)
     assert all(b >= a - 1e-12 for a, b in zip(lrs, lrs[1:]))
 
 
 def _every_lr(cfg: RunConfig, workers: int) -> list[float]:
-    return [cfg.lr_at(s, workers) for s in range(cfg.total_steps(workers))]
+    return [cfg.for_workers(workers).lr_at(s) for s in range(cfg.for_workers(workers).total_steps)]
 
 
 @pytest.mark.parametrize("rule", ["none", "linear", "sqrt"])
@@ -163,14 +163,19 @@ def test_runconfig_lr_of_every_step_below_at_and_above_base_batch(rule, per_work
     peak = _rule_by_formula(rule, base_lr, B, base_batch)
     lrs = _every_lr(cfg, workers)
     spe = 16000 // B
-    assert cfg.total_steps(workers) == 3 * spe
+    assert cfg.for_workers(workers).total_steps == 3 * spe
     if B <= base_batch:
-        assert cfg.warmup_steps(workers) == 0 and cfg.warmup_start_lr(workers) is None
+        assert (
+            cfg.for_workers(workers).warmup_steps == 0
+            and cfg.for_workers(workers).warmup_start_lr is None
+        )
         assert lrs == pytest.approx([peak] * len(lrs))
         assert "+wu" not in cfg.label(workers)
         return
     start = peak * base_batch / B
-    assert cfg.warmup_steps(workers) == spe and cfg.warmup_start_lr(workers) == pytest.approx(start)
+    assert cfg.for_workers(workers).warmup_steps == spe and cfg.for_workers(
+        workers
+    ).warmup_start_lr == pytest.approx(start)
     expected = [start + (peak - start) * s / spe for s in range(spe)] + [peak] * (2 * spe)
     assert lrs == pytest.approx(expected)
     if rule == "linear":

@@ -135,7 +135,11 @@ class _Lab:
         status = self.outcomes.get(cfg.batch_per_worker, "finished")
         store = RunStore(self.runs_dir)
         store.create(
-            {"config": cfg.to_dict(), "workers": self.workers, "derived": cfg.derived(self.workers)}
+            {
+                "config": cfg.to_dict(),
+                "workers": self.workers,
+                "derived": cfg.for_workers(self.workers).derived(),
+            }
         )
         store.write_summary(
             {

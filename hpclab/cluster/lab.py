@@ -305,7 +305,7 @@ class Lab:
                 f"run {self.current_run.run_id} is still running; call "
                 "run.stop() or run.wait() before starting another."
             )
-        cfg.global_batch(self.workers)  # validates workers against cfg (raises ConfigError)
+        plan = cfg.for_workers(self.workers)  # validates workers against cfg (ConfigError)
         paths.check_staged(cfg, self.data_dir)  # before any rank waits for another
         self.ready_for(cfg)
         store = RunStore(self.runs_dir)
@@ -313,7 +313,7 @@ class Lab:
             {
                 "config": cfg.to_dict(),
                 "workers": self.workers,
-                "derived": cfg.derived(self.workers),
+                "derived": plan.derived(),
                 "client": {
                     "pid": os.getpid(),
                     "host": platform.node(),

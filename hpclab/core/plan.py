@@ -38,6 +38,8 @@ class RunPlan:
     warmup_start_lr: float | None  # where warm-up starts; None when there is no ramp
     warmup_steps: int  # 0 when the global batch is no larger than base_batch
     lr_schedule: str  # what follows warm-up: constant, cosine or poly
+    warmup_epochs: float  # as asked (the ramp is skipped where there is nothing to warm up)
+    base_batch: int  # the global batch base_lr was tuned for
     steps_per_epoch: int
     total_steps: int
     eval_every: int  # steps between held-out evaluations; 0 when off
@@ -63,17 +65,17 @@ class RunPlan:
         )
 
     # -- words and numbers for people ----------------------------------------------------------
-    def warmup_text(self, warmup_epochs: float, base_batch: int) -> str:
+    def warmup_text(self) -> str:
         """What warm-up does in this run, in words (the panel and the CLI print it)."""
         if self.warmup_steps:
             return (
                 f"warm-up {self.warmup_steps} steps from lr {self.warmup_start_lr:.4g} "
                 f"up to {self.peak_lr:.4g}"
             )
-        if warmup_epochs > 0 and self.global_batch <= base_batch:
+        if self.warmup_epochs > 0 and self.global_batch <= self.base_batch:
             return (
                 f"no warm-up (global batch {self.global_batch} is not larger than "
-                f"base_batch {base_batch}: nothing to warm up)"
+                f"base_batch {self.base_batch}: nothing to warm up)"
             )
         return "no warm-up"
 
@@ -134,6 +136,8 @@ def plan_run(cfg, workers: int) -> RunPlan:
         warmup_start_lr=start if warmup else None,
         warmup_steps=warmup,
         lr_schedule=cfg.lr_schedule,
+        warmup_epochs=cfg.warmup_epochs,
+        base_batch=cfg.base_batch,
         steps_per_epoch=per_epoch,
         total_steps=total,
         eval_every=_eval_every(cfg, total),

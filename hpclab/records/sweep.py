@@ -113,7 +113,7 @@ def expand_grid(cfg: RunConfig, **grid: list) -> list[tuple[RunConfig, int | Non
         for combo in itertools.product(*value_lists):
             point = cfg.replace(**dict(zip(keys, combo)))  # validates: ConfigError names the field
             if workers is not None:
-                point.global_batch(workers)
+                point.for_workers(workers)  # checks the point fits the world (ConfigError)
             key = (repr(point.to_dict()), workers)
             if key not in seen:
                 seen.add(key)
@@ -166,7 +166,8 @@ def describe(point: SweepPoint, keys: Iterable[str] = ()) -> str:
         for k in keys
         if k not in _IN_LABEL
     )
-    return f"{point.label}{extra} (global batch {c.global_batch(w)}, peak lr {c.peak_lr(w):.3g})"
+    plan = c.for_workers(w)
+    return f"{point.label}{extra} (global batch {plan.global_batch}, peak lr {plan.peak_lr:.3g})"
 
 
 def outcome(record: RunRecord | None, status: str, elapsed: float | None = None) -> str:

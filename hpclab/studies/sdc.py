@@ -71,9 +71,9 @@ def monte_carlo(
         raise ConfigError(
             "monte_carlo judges trials on held-out data: eval_samples > 0, real data."
         )
-    if steps > cfg.steps_per_epoch(lab.workers):
-        raise ConfigError(f"steps must be at most an epoch ({cfg.steps_per_epoch(lab.workers)}).")
-    cfg.derived(lab.workers)
+    per_epoch = cfg.for_workers(lab.workers).steps_per_epoch  # (checks cfg fits the lab)
+    if steps > per_epoch:
+        raise ConfigError(f"steps must be at most an epoch ({per_epoch}).")
     lab.ready_for(cfg)  # (engines with the process sets of a hybrid study, say)
     record = Path(lab.runs_dir) / ".sdc"
     record.mkdir(mode=0o700, exist_ok=True)

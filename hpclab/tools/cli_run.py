@@ -188,14 +188,15 @@ def run(args: argparse.Namespace) -> int:
 
     cfg = base_config(args, **field_values(args))
     workers = args.workers
-    d = cfg.derived(workers)  # validates workers against the config (ConfigError)
+    plan = cfg.for_workers(workers)  # validates workers against the config (ConfigError)
+    d = plan.derived()
     settings = _engine_settings(args, cfg.groups if cfg.update == "hybrid" else 1)
     runs_dir, data_dir = _lab_dirs(args)
     check_staged(cfg, data_dir)
     say(
         f"hpclab run: {cfg.label()} ×{workers}: global batch {d['global_batch']}, peak lr "
         f"{d['peak_lr']:.4g}, {d['steps_per_epoch']} steps/epoch, {d['total_steps']} steps, "
-        f"{cfg.warmup_text(workers)}"
+        f"{plan.warmup_text()}"
     )
     progress = Progress(d["total_steps"], enabled=not args.no_progress)
     interrupted = False

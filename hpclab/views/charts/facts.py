@@ -110,7 +110,7 @@ def run_facts(run_like: Any) -> RunFacts:
         try:
             if cfg_obj is None:
                 cfg_obj = RunConfig.from_dict(config)
-            derived = cfg_obj.derived(workers)
+            derived = cfg_obj.for_workers(workers).derived()
         except (ValueError, TypeError):
             derived = {}
     gb = derived.get("global_batch") or summary.get("global_batch")

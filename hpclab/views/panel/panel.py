@@ -137,7 +137,7 @@ class Panel:
             cfg = None
             try:
                 cfg = self.config_from_widgets()
-                derived = cfg.derived(self.workers)
+                derived = cfg.for_workers(self.workers).derived()
             except ConfigError as exc:
                 self.derived, self.config_error = None, str(exc)
             else:
@@ -182,7 +182,7 @@ class Panel:
                 return
             try:
                 cfg = self.config_from_widgets()
-                cfg.derived(self.workers)
+                cfg.for_workers(self.workers)
             except ConfigError:
                 self._refresh()
                 return

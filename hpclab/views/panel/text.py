@@ -40,7 +40,7 @@ def last_number(frame: Any, column: str) -> float | None:
 def status_line(run: Any) -> tuple[str, bool]:
     """(text, is_error) describing a run's state, for the status line."""
     history = run.history
-    total = run.config.total_steps(run.workers)
+    total = run.config.for_workers(run.workers).total_steps
     step = int(last_number(history, "step") or 0)
     if run.status == "running":
         if not step:
@@ -91,7 +91,7 @@ def derived_html(cfg: RunConfig | None, derived: dict | None) -> str:
         f"peak LR <b>{d['peak_lr']:.4g}</b> ({esc(cfg.lr_scaling)} rule, base "
         f"{cfg.base_lr:g} at batch {cfg.base_batch:,}) · "
         f"<b>{d['steps_per_epoch']:,}</b> steps/epoch · "
-        f"<b>{d['total_steps']:,}</b> steps in all · {esc(cfg.warmup_text(d['workers']))} · "
+        f"<b>{d['total_steps']:,}</b> steps in all · {esc(cfg.for_workers(d['workers']).warmup_text())} · "
         f"{d['train_samples_per_worker']:,} samples per worker</div>"
     )
 
