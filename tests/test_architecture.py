@@ -40,6 +40,7 @@ RANK_PACKAGE = "hpclab.rank"
 HEAVY = ("tensorflow", "horovod", "keras", "tf_keras")
 WARN_LINES = 400  # reported: a module this long may hold two concepts
 MAX_LINES = 600  # fails: split it where a concept ends, never to meet the number
+MAX_FUNCTION_LINES = 80  # in hpclab/rank/: a longer function does several jobs (issue 24)
 
 # room -> the rooms its modules may import (a room always imports itself). A room is the
 # first package under hpclab/ (`hpclab.core`, `hpclab.rank`, ...), or a deeper one named here.
@@ -321,6 +322,35 @@ def long_modules(modules: dict[str, Path], limit: int = MAX_LINES) -> dict[str, 
     return counts
 
 
+def _functions(node: ast.AST, prefix: str = "") -> Iterator[tuple[str, ast.AST]]:
+    """(qualified name, node) of every function under ``node``, nested ones and methods too."""
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            yield prefix + child.name, child
+            yield from _functions(child, f"{prefix}{child.name}.")
+        elif isinstance(child, ast.ClassDef):
+            yield from _functions(child, f"{prefix}{child.name}.")
+        else:
+            yield from _functions(child, prefix)
+
+
+def long_functions(
+    modules: dict[str, Path], package: str, limit: int = MAX_FUNCTION_LINES
+) -> dict[str, int]:
+    """``module:function`` -> lines (``def`` to its last line), for the functions of the modules
+    under `package` longer than `limit` lines."""
+    out = {}
+    for name, path in modules.items():
+        if name != package and not name.startswith(package + "."):
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for qual, node in _functions(tree):
+            lines = node.end_lineno - node.lineno + 1
+            if lines > limit:
+                out[f"{name}:{qual}"] = lines
+    return out
+
+
 # -- the doc -------------------------------------------------------------------------------------
 
 # a whole `*.py` path: not the tail of a longer word or path, not the head of `x.py.bak`;
@@ -425,6 +455,16 @@ def test_no_module_over_the_line_limit():
     too_long = long_modules(MODULES)
     assert not too_long, f"modules over {MAX_LINES} lines (split by concept): " + ", ".join(
         f"{m} ({n})" for m, n in sorted(too_long.items(), key=lambda kv: -kv[1])
+    )
+
+
+def test_no_function_over_the_limit_in_the_rank_package():
+    """The step and the loop stay readable: a rank-side function over MAX_FUNCTION_LINES lines
+    holds several jobs (a feature belongs in hpclab/rank/features/, a part of the loop in a
+    method of its own)."""
+    long = long_functions(MODULES, RANK_PACKAGE)
+    assert not long, f"functions over {MAX_FUNCTION_LINES} lines in {RANK_PACKAGE}: " + ", ".join(
+        f"{f} ({n})" for f, n in sorted(long.items(), key=lambda kv: -kv[1])
     )
 
 
@@ -573,6 +613,38 @@ def test_line_limit_check(tmp_path):
     )
     assert long_modules(mods, limit=10) == {"pkg.sub.big": 12}
     assert long_modules(mods, limit=12) == {}
+
+
+def test_function_length_check(tmp_path):
+    def body(lines: int, indent: int) -> str:
+        return "".join(f"{' ' * indent}x{i} = {i}\n" for i in range(lines))
+
+    step = (
+        "def short():\n"
+        + body(2, 4)
+        + "class Step:\n    def call(self):\n"
+        + body(6, 8)
+        + "        def inner():\n"
+        + body(6, 12)
+        + "if True:\n    def hidden():\n"
+        + body(6, 8)
+    )
+    mods = _write(
+        tmp_path,
+        {
+            "pkg/__init__.py": "",
+            "pkg/rank/__init__.py": "",
+            "pkg/rank/step.py": step,
+            "pkg/other.py": "def long():\n" + body(6, 4),
+        },
+    )
+    assert long_functions(mods, "pkg.rank", limit=6) == {
+        "pkg.rank.step:Step.call": 14,  # (its nested function's lines count too)
+        "pkg.rank.step:Step.call.inner": 7,
+        "pkg.rank.step:hidden": 7,
+    }
+    assert long_functions(mods, "pkg.rank", limit=14) == {}
+    assert long_functions(mods, "pkg", limit=6)["pkg.other:long"] == 7
 
 
 def test_doc_rule_on_constructed_docs(tmp_path):

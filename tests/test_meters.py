@@ -109,8 +109,18 @@ def test_window_row_carries_the_running_noise_scale():
 def test_rank_clock_accumulates_until_taken():
     ticks = iter([10.0, 12.5, 13.0])  # a fake perf_counter: created, first take, second take
     clock = RankClock(B, now=lambda: next(ticks))
-    clock.add(steps=4, call_s=0.1, host_s=0.01, timed=[0.004, 0.01, 0.05, 0.02, 0.01])
-    clock.add(steps=8, call_s=0.2, host_s=0.02, timed=[0.008, 0.02, 0.10, 0.04, 0.02])
+    clock.add(
+        steps=4,
+        call_s=0.1,
+        host_s=0.01,
+        timed=dict(loop=0.004, input=0.01, compute=0.05, allreduce=0.02, apply=0.01),
+    )
+    clock.add(
+        steps=8,
+        call_s=0.2,
+        host_s=0.02,
+        timed=dict(loop=0.008, input=0.02, compute=0.10, allreduce=0.04, apply=0.02),
+    )
     clock.add_eval(0.4)
     got = dict(zip(DETAIL, clock.take()))
     expected = dict(samples=12 * B, call_s=0.3, host_s=0.03, steps=12, loop_s=0.012, input_s=0.03,
@@ -166,13 +176,13 @@ def test_throughput_skips_the_warm_up_calls_and_weights_calls_by_their_length():
 
 def test_publisher_sends_sequence_numbered_recent_rows_on_its_cadence():
     sent = []
-    feed = Publisher(sent.append, every_s=0.5, total_steps=100)
-    feed.publish("running", 0)  # a start message leaves the cadence alone
-    assert feed.due(0.0)
-    feed.rows.extend({"step": i} for i in range(1, Publisher.ROWS_PER_MESSAGE + 11))
-    feed.epochs.extend({"epoch": e} for e in (1, 2))
-    feed.publish("running", 50, now=10.0)
-    assert not feed.due(10.4) and feed.due(10.5)
+    publisher = Publisher(sent.append, every_s=0.5, total_steps=100)
+    publisher.publish("running", 0)  # a start message leaves the cadence alone
+    assert publisher.due(0.0)
+    publisher.rows.extend({"step": i} for i in range(1, Publisher.ROWS_PER_MESSAGE + 11))
+    publisher.epochs.extend({"epoch": e} for e in (1, 2))
+    publisher.publish("running", 50, now=10.0)
+    assert not publisher.due(10.4) and publisher.due(10.5)
     assert [m["hpclab"]["seq"] for m in sent] == [1, 2]
     last = sent[-1]["hpclab"]
     assert last["rows"][0]["step"] == 11 and len(last["rows"]) == Publisher.ROWS_PER_MESSAGE
@@ -182,9 +192,9 @@ def test_publisher_sends_sequence_numbered_recent_rows_on_its_cadence():
 
 @pytest.mark.parametrize("send,every", [(None, 0.5), (print, 0.0)])
 def test_publisher_off_sends_nothing_and_is_never_due(send, every):
-    feed = Publisher(send, every_s=every, total_steps=10)
-    feed.publish("running", 1, now=1.0)
-    assert not feed.enabled and not feed.due(1e9) and feed.seq == 0
+    publisher = Publisher(send, every_s=every, total_steps=10)
+    publisher.publish("running", 1, now=1.0)
+    assert not publisher.enabled and not publisher.due(1e9) and publisher.seq == 0
 
 
 def _calls(sizer: CallSizer, seconds_per_step, n: int, epoch_steps: int | None = None) -> list:

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from hpclab.core.pop import PARTS, USEFUL, efficiencies, split, straggler_factor
+from hpclab.core.pop import PARTS, STEP_PARTS, USEFUL, efficiencies, split, straggler_factor
 
 
 def parts(**per_rank) -> dict:
@@ -17,6 +17,14 @@ def parts(**per_rank) -> dict:
 def test_communication_is_everything_but_useful_work():
     assert set(USEFUL) == {"loop", "input", "compute", "apply", "host"}
     assert set(PARTS) - set(USEFUL) == {"allreduce", "sync"}
+
+
+def test_the_parts_timed_in_the_step_are_declared_once_and_carried_by_name():
+    """One list of the step's timed parts: the meters' per-rank detail columns follow it."""
+    from hpclab.rank.meters import DETAIL
+
+    assert STEP_PARTS == ("loop", "input", "compute", "allreduce", "apply")
+    assert [n for n in DETAIL if n[:-2] in STEP_PARTS] == [f"{p}_s" for p in STEP_PARTS]
 
 
 @pytest.mark.parametrize(

@@ -36,17 +36,21 @@ PARTS = {
     "host": ("between calls: Python, telemetry, publishing (evaluation apart)", True),
 }
 USEFUL = tuple(name for name, (_, useful) in PARTS.items() if useful)
+#: The parts a rank times inside its compiled step (hpclab.rank.step), in PARTS order: the one
+#: list of their names, which the step's timestamps, the meters' columns and :func:`split` share.
+#: The other two are not timed there: ``sync`` is the call's rest, ``host`` the host's clock.
+STEP_PARTS = tuple(name for name in PARTS if name not in ("sync", "host"))
 
 
 def split(seconds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Per-rank seconds of every part in :data:`PARTS` from the raw window sums.
 
-    ``seconds`` holds arrays over ranks: ``loop``, ``input``, ``compute``, ``allreduce``,
-    ``apply`` (timed inside the call), ``call`` (the call as the host timed it) and ``host``.
+    ``seconds`` holds arrays over ranks: every part of :data:`STEP_PARTS` (timed inside the
+    call), ``call`` (the call as the host timed it) and ``host``.
     ``sync`` is what the call took beyond its timed parts (never negative: timer resolution can
     make it so by a µs).
     """
-    timed = sum(np.asarray(seconds[n], dtype=float) for n in PARTS if n not in ("sync", "host"))
+    timed = sum(np.asarray(seconds[n], dtype=float) for n in STEP_PARTS)
     out = {name: np.asarray(seconds[name], dtype=float) for name in PARTS if name != "sync"}
     out["sync"] = np.maximum(np.asarray(seconds["call"], dtype=float) - timed, 0.0)
     return {name: out[name] for name in PARTS}
@@ -82,4 +86,4 @@ def straggler_factor(slowdown_pct: float) -> float:
     return 1.0 / (1.0 - slowdown_pct / 100.0) - 1.0
 
 
-__all__ = ["PARTS", "USEFUL", "split", "efficiencies", "straggler_factor"]
+__all__ = ["PARTS", "STEP_PARTS", "USEFUL", "split", "efficiencies", "straggler_factor"]

@@ -130,5 +130,5 @@ def last_weights(central: bool = False) -> list:
     if trainer is None:
         return []
     if central:
-        return [z.numpy() for z in getattr(trainer.step.averaging, "z", [])]
+        return trainer.central_weights()
     return trainer.model.get_weights()

@@ -100,6 +100,7 @@ class SyntheticBatch:
             (int(batch),), seed=[int(seed), 1], minval=0, maxval=int(num_classes), dtype=tf.int32
         )
         self.batch = int(batch)
+        self.offline_s = 0.0  # (no augmentation)
 
     def order(self, epoch) -> tf.Tensor:
         return tf.zeros([0], tf.int32)
@@ -153,16 +154,16 @@ def for_rank(cfg, arrays, rank: int, world: int):
     dealt = cfg.shuffle == "global"
     if not dealt:
         x, y = data.shard(x, y, rank, world, batches if cfg.batch_skew else None)
-    feed = ResidentShard(
+    shard = ResidentShard(
         x, y, batch=B, seed=cfg.seed, rank=rank,
         augment=cfg.augment, augment_cost=cfg.augment_cost, deal=world if dealt else 0,
     )  # fmt: skip
     needed = cfg.steps_per_epoch(world)
-    if feed.steps_per_epoch < needed:
+    if shard.steps_per_epoch < needed:
         raise ValueError(
-            f"{cfg.dataset}: this rank holds {feed.n} training samples, enough for "
-            f"{feed.steps_per_epoch} steps of batch {B}, but an epoch of the catalogue's "
+            f"{cfg.dataset}: this rank holds {shard.n} training samples, enough for "
+            f"{shard.steps_per_epoch} steps of batch {B}, but an epoch of the catalogue's "
             f"{cfg.train_size()} samples needs {needed}; the staged file is "
             "smaller than the data set it names: stage the full set, or choose another."
         )
-    return feed
+    return shard

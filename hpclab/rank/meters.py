@@ -48,17 +48,13 @@ DETAIL = (
     "call_s",  # seconds inside compiled calls (compute, allreduce and the wait for peers)
     "host_s",  # seconds between calls (Python, telemetry, stop polling)
     "steps",  # optimizer steps
-    # inside the calls, timed in the graph (hpclab.rank.step.TIMES; hpclab.core.pop.PARTS)
-    "loop_s",
-    "input_s",
-    "compute_s",
-    "allreduce_s",  # including the wait for the slowest rank
-    "apply_s",
+    # inside the calls, timed in the graph: "<part>_s" for each of hpclab.core.pop.STEP_PARTS
+    # (loop, input, compute, allreduce including the wait for the slowest rank, apply)
+    *(f"{part}_s" for part in pop.STEP_PARTS),
     "eval_s",  # held-out evaluation (outside training time)
     "wall_s",  # this rank's wall clock over the window (everything, evaluation included)
 )
 D = {name: i for i, name in enumerate(DETAIL)}
-TIMED = ("loop_s", "input_s", "compute_s", "allreduce_s", "apply_s")  # in step.TIMES order
 
 
 class RateWindow:
@@ -186,7 +182,7 @@ def time_columns(detail: np.ndarray) -> dict:
     per step with evaluation taken out (an independent clock the parts must add up to); and
     POP's ``load_balance``, ``comm_efficiency`` and ``parallel_efficiency``."""
     steps = np.maximum(detail[:, D["steps"]], 1.0)
-    raw = {name[:-2]: detail[:, D[name]] for name in TIMED}
+    raw = {part: detail[:, D[f"{part}_s"]] for part in pop.STEP_PARTS}
     parts = pop.split({**raw, "call": detail[:, D["call_s"]], "host": detail[:, D["host_s"]]})
     cols: dict = {}
     for name, seconds in parts.items():
@@ -213,14 +209,14 @@ class RankClock:
         self.values = np.zeros(len(DETAIL))
         self.since = now()
 
-    def add(self, steps: int, call_s: float, host_s: float, timed=None) -> None:
+    def add(self, steps: int, call_s: float, host_s: float, timed: dict | None = None) -> None:
         """One call: ``steps`` steps, its seconds, the host's before it, and its ``timed`` parts
-        (seconds of each of :data:`TIMED`, summed over the call's steps inside the graph)."""
-        self.values[[D["samples"], D["call_s"], D["host_s"], D["steps"]]] += (
-            steps * self.B, call_s, host_s, steps
-        )  # fmt: skip
-        if timed is not None:
-            self.values[[D[name] for name in TIMED]] += np.asarray(timed, dtype=float)
+        (part of :data:`hpclab.core.pop.STEP_PARTS` -> seconds summed over the call's steps
+        inside the graph)."""
+        added = {"samples": steps * self.B, "call_s": call_s, "host_s": host_s, "steps": steps}
+        added.update({f"{part}_s": float(seconds) for part, seconds in (timed or {}).items()})
+        for name, value in added.items():
+            self.values[D[name]] += value
 
     def add_eval(self, seconds: float) -> None:
         self.values[D["eval_s"]] += seconds

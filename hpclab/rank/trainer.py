@@ -1,35 +1,29 @@
 """One training run on one rank: data shard, model, optimizer, the compiled call, the loop.
 
-Speed (hpclab issue 10): per-call Python overhead, not arithmetic, dominates the lab's small
-models, so the hot path is one ``tf.function`` per call that runs a *tensor* number of optimizer
-steps in a ``tf.while_loop`` — traced once per run, whatever the step count — over batches cut
-inside the graph from the rank's resident shard (:mod:`hpclab.rank.feed`). Calls are sized to last
-~0.15 s (``steps_per_call=0``), so a stop or a live row is never more than two calls away (rank
-0 decides before a call; every rank acts after it). With one rank there is no collective at all;
-with several, each step has its gradient allreduce and each call ends with one small allreduce
-of the telemetry and rank 0's decisions (:mod:`.meters`).
+The run's steps go in compiled calls (:mod:`.compiled_call`) sized to last ~0.15 s
+(``steps_per_call=0``), so a stop or a live row is never more than two calls away (rank 0
+decides before a call; every rank acts after it).
 
 Stopping is collective: a rank that left the loop alone would leave its peers blocked in the next
 allreduce. Only rank 0 looks for the run's STOP file (once a call, not a metadata storm on a
 shared file system); the call's telemetry allreduce tells every rank, so all leave after the same
-step. Lines that exist only for distribution say so (`# Horovod: ...`), as in Horovod's examples.
+step (rule 4 of :mod:`hpclab.rank.step`). Lines that exist only for distribution say so
+(`# Horovod: ...`), as in Horovod's examples.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from hpclab.core.catalog import MAX_ROLLBACKS, MAX_STEPS_PER_CALL
 from hpclab.core.config import RunConfig
 from hpclab.core.health import judge
 from hpclab.core.metrics import NoiseScale
+from hpclab.rank.compiled_call import CompiledCall
 from hpclab.rank.meters import (
-    DECISIONS,
-    DETAIL,
-    REDUCED,
     CallSizer,
     EpochMeter,
     Publisher,
@@ -39,12 +33,35 @@ from hpclab.rank.meters import (
     WindowMeter,
     decisions,
 )
-from hpclab.rank.step import TIMES, Step
+from hpclab.rank.step import Step
 from hpclab.rank.timeline_window import TimelineWindow
 from hpclab.rank.validation import Validation
 
 CALL_TARGET_S = 0.15  # auto-sized calls last about this long
 FIRST_CALL_STEPS = 4  # the first call also traces: keep it short
+
+
+@dataclass
+class LoopMeters:
+    """The loop's bookkeeping on this rank (:mod:`hpclab.rank.meters`), and rank 0's
+    ``publisher`` of live telemetry to the client (a no-op on the other ranks)."""
+
+    window: WindowMeter
+    epochs: EpochMeter
+    rates: ThroughputLog
+    clock: RankClock
+    noise: NoiseScale | None
+    publisher: Publisher
+    sizer: CallSizer
+    timeline: TimelineWindow
+
+    def add(self, reduced, steps: int, t_call_start: float) -> None:
+        """One call's reduced telemetry, ``steps`` steps that started at ``t_call_start``."""
+        self.window.add(reduced, steps)
+        self.epochs.add(reduced, steps, t_call_start)
+        if self.noise is not None and reduced[R["noise_samples"]] > 0:
+            n = reduced[R["noise_samples"]]
+            self.noise.update(reduced[R["small_sq"]] / n, reduced[R["big_sq"]] / n)
 
 
 class Trainer:
@@ -62,8 +79,7 @@ class Trainer:
         import numpy as np
         import tensorflow as tf
 
-        from hpclab.rank import models, optimizers
-        from hpclab.rank.features import sdc
+        from hpclab.rank import optimizers
 
         cfg = self.cfg
         self.tf, self.hvd, self.np = tf, hvd, np
@@ -76,43 +92,17 @@ class Trainer:
         self.batches = cfg.local_batches(self.world)  # each rank's batch (batch_skew)
         self.local_batch = self.batches[self.rank]
         self._build_data()
-
-        self.model = models.build_model(cfg.model, self.input_shape, self.num_classes, cfg.seed)
-        if cfg.dataset != "synthetic":
-            self.val = Validation(
-                self.model,
-                *self.val_arrays,
-                subset=cfg.eval_samples,
-                batch=cfg.batch_per_worker,
-                mode=cfg.validation,
-            )
-        self.eval_every = cfg.eval_interval(self.world) if self.val is not None else 0
-        schedule = self.schedule = optimizers.TableSchedule.for_run(self.cfg_dict, self.world)
-        self.lr_table = schedule.table  # the same numbers as RunConfig.lr_at(step, world)
-        self.optimizer = optimizers.build_optimizer(self.cfg_dict, schedule)
-        self.step = Step(
-            cfg, model=self.model, optimizer=self.optimizer, world=self.world, rank=self.rank,
-            share=self.local_batch * self.world / cfg.global_batch(self.world),
-        )  # fmt: skip
-        self.grad_elems = float(sum(v.shape.num_elements() for v in self.model.trainable_variables))
-        inner = self.optimizer.inner_optimizer if self.step.loss_scaled else self.optimizer
-        inner.build(self.model.trainable_variables)
-        # the whole training state: weights, optimizer state, a central model (update="crossbow")
-        state = [*self.model.variables, *inner.variables]
-        state += self.step.state
-        if self.world > 1:
-            # Horovod: start every rank from rank 0's weights and optimizer state.
-            hvd.broadcast_variables(state, root_rank=0)
-        self.track_noise = self.step.track_noise
-        self.watch = sdc.Watch(cfg, self.model, state, self.rank)  # bit flip, spike detector
-        self.step.fault = self.watch.fault
-        # Fixed signatures: one trace per run, whatever the call's step count or epoch.
-        scalar = tf.TensorSpec([], tf.int32)
-        self.train_call = tf.function(
-            self._train_call,
-            input_signature=[scalar, scalar, scalar, tf.TensorSpec([len(DECISIONS)], tf.float64),
-                             tf.TensorSpec([3], tf.float32), scalar],
-        )  # fmt: skip
+        self._build_model()
+        self._build_step()
+        self.call = CompiledCall(
+            self.step,
+            self.train_input,
+            self.watch,
+            local_batch=self.local_batch,
+            grad_elems=self.grad_elems,
+            world=self.world,
+        )
+        self.train_call = self.call.function  # (a tf.function, traced once per run)
 
     def _build_data(self) -> None:
         from hpclab.rank import data, feed
@@ -133,11 +123,57 @@ class Trainer:
         if self.rank != 0:
             arrays = data.load_arrays(self.cfg_dict, self.data_dir)
         self.num_classes, self.input_shape = arrays.num_classes, arrays.input_shape
-        self.val = None  # a Validation, built with the model (synthetic data has no validation)
         if cfg.dataset == "synthetic":
             self.num_classes = cfg.synthetic_classes
-        self.feed = feed.for_rank(cfg, arrays, self.rank, self.world)
+        self.train_input = feed.for_rank(cfg, arrays, self.rank, self.world)  # batches, in graph
         self.val_arrays = (arrays.x_val, arrays.y_val)
+
+    def _build_model(self) -> None:
+        """The model, its held-out evaluation (none on synthetic data), the LR schedule and the
+        optimizer."""
+        from hpclab.rank import models, optimizers
+
+        cfg = self.cfg
+        self.model = models.build_model(cfg.model, self.input_shape, self.num_classes, cfg.seed)
+        self.val = None
+        if cfg.dataset != "synthetic":
+            self.val = Validation(
+                self.model,
+                *self.val_arrays,
+                subset=cfg.eval_samples,
+                batch=cfg.batch_per_worker,
+                mode=cfg.validation,
+            )
+        self.eval_every = cfg.eval_interval(self.world) if self.val is not None else 0
+        schedule = self.schedule = optimizers.TableSchedule.for_run(self.cfg_dict, self.world)
+        self.lr_table = schedule.table  # the same numbers as RunConfig.lr_at(step, world)
+        self.optimizer = optimizers.build_optimizer(self.cfg_dict, schedule)
+
+    def _build_step(self) -> None:
+        """The step with its features, the whole training state (broadcast from rank 0) and the
+        SDC watch over it."""
+        from hpclab.rank.features import sdc
+
+        cfg, hvd = self.cfg, self.hvd
+        fault = sdc.Fault(cfg, self.model, self.rank)  # the planned bit flip (none: off)
+        self.step = Step(
+            cfg,
+            model=self.model,
+            optimizer=self.optimizer,
+            world=self.world,
+            rank=self.rank,
+            share=self.local_batch * self.world / cfg.global_batch(self.world),
+            fault=fault,
+        )
+        self.grad_elems = float(sum(v.shape.num_elements() for v in self.model.trainable_variables))
+        inner = self.optimizer.inner_optimizer if self.step.loss_scaled else self.optimizer
+        inner.build(self.model.trainable_variables)
+        # the whole training state: weights, optimizer state, the features' own (a central model)
+        state = [*self.model.variables, *inner.variables, *self.step.state]
+        if self.world > 1:
+            # Horovod: start every rank from rank 0's weights and optimizer state.
+            hvd.broadcast_variables(state, root_rank=0)
+        self.watch = sdc.Watch(cfg, fault, state, MAX_ROLLBACKS)  # bit flip, spike detector
 
     def _barrier(self, failed: bool = False) -> bool:
         """Horovod: wait for every rank; True if any rank reports a failure."""
@@ -146,210 +182,207 @@ class Trainer:
             flag = self.hvd.allreduce(flag, op=self.hvd.Sum, name="hpclab_barrier")
         return float(flag) > 0
 
-    # -- the compiled call ---------------------------------------------------------------
-    def _train_call(self, epoch, start, steps, decisions, guard, flip):
-        """``steps`` optimizer steps from step ``start`` of ``epoch``; the reduced telemetry, this
-        rank's time split and the spike detector's ``guard`` state (``flip``: the fault's mask)."""
-        tf = self.tf
-        order = self.feed.order(epoch)
-        last = steps - 1  # (steps >= 1: the last step, traced apart, samples the gradients)
-        batch = lambda i: lambda: self.feed.batch_at(order, start + i, epoch)  # noqa: E731 (input)
-
-        check = self.watch.guard.check if self.watch.guard.on else lambda _, g, *__: g
-
-        def body(i, sums, times, clock, guard):
-            out, took, clock, loss = self.step(batch(i), clock)
-            return i + 1, sums + out, times + took, clock, check(tf, guard, loss, i)
-
-        _, sums, times, clock, guard = tf.while_loop(
-            lambda i, *_: i < last,
-            body,
-            (tf.constant(0), tf.zeros(5), tf.zeros(len(TIMES)), self.step.start(), guard),
-            parallel_iterations=1,
-        )
-        flip = flip if self.watch.in_call else None
-        out, took, _, loss = self.step(batch(last), clock, sample=True, flip=flip)
-        sums, times, guard = sums + out, times + took, check(tf, guard, loss, last)
-        decided = tf.cast(decisions, tf.float32)
-        entries = {  # this rank's share of meters.REDUCED, by name
-            "loss_sum": sums[0],
-            "correct": sums[1],
-            "count": tf.cast(steps * self.local_batch, tf.float32),
-            "small_sq": sums[2],
-            "big_sq": sums[3],
-            "noise_samples": tf.constant(1.0 if self.track_noise else 0.0),
-            "grad_zeros": sums[4],
-            "grad_elems": tf.constant(self.grad_elems, tf.float32),
-            "nonfinite": 1.0 - tf.cast(tf.math.is_finite(sums[0]), tf.float32),
-            **{name: decided[i] for i, name in enumerate(DECISIONS)},
-        }
-        mine = tf.stack([entries[name] for name in REDUCED])
-        if self.world > 1:
-            # Horovod: one small allreduce a call: every rank learns the sums and rank 0's decisions.
-            mine = self.hvd.allreduce(mine, op=self.hvd.Sum, name="hpclab_telemetry")
-        return mine, times, guard  # the times stay this rank's own (gathered on publish calls)
-
-    def _gather_detail(self, mine):
-        """Horovod: every rank's own timings, on publish calls only (O(world) twice a second)."""
-        tf = self.tf
-        vec = tf.constant(mine[None, :], dtype=tf.float64)
-        if self.world == 1:
-            return vec.numpy()
-        return self.hvd.allgather(vec, name="hpclab_detail").numpy()
-
     # -- the loop -----------------------------------------------------------------------------
     def run(self) -> dict:
         """Train to the end (or a collective stop / non-finite loss); this rank's summary."""
         wall0, t_setup = time.time(), time.perf_counter()
         self.setup()
-        from ipyparallel.datapub import publish_data
-
         t_trace = time.perf_counter()
         self.train_call.get_concrete_function()  # trace now, so trace time is its own figure
         timing = {"setup_s": t_trace - t_setup, "trace_s": time.perf_counter() - t_trace}
-
-        cfg, tf = self.cfg, self.tf
-        B, world, spe = cfg.batch_per_worker, self.world, self.steps_per_epoch
-        noise = NoiseScale(B, B * world) if self.track_noise else None
-        window = WindowMeter(B, world, spe)
-        epochs = EpochMeter(world)
-        rates = ThroughputLog()
-        clock = RankClock(self.local_batch)
-        feed = Publisher(
-            publish_data if self.rank == 0 else None, cfg.publish_every_s, self.total_steps
-        )
-        feed.epochs = epochs.rows
-        sizer = CallSizer(
-            first=cfg.steps_per_call or FIRST_CALL_STEPS,
-            fixed=cfg.steps_per_call,
-            target_s=CALL_TARGET_S,
-            limit=MAX_STEPS_PER_CALL,
-        )
+        m = self._meters()
+        samples_per_step = self.cfg.batch_per_worker * self.world
         step, status, error = 0, "finished", None
-        timeline = TimelineWindow(self.hvd, self.run_dir, cfg.timeline_steps, world)
         # Rank 0 decides (stop, publish, next_steps) before each call; the call's allreduce tells
         # every rank, so all act on the same decisions after the same step. next_steps sizes the
         # call after the one that carries it (rank 0 needs one timed call to size the next).
-        k_plan = sizer.first
-        decisions = self._decide(sizer, feed)
-
+        k_plan, decided = m.sizer.first, self._decide(m)
         t_start = t_prev = time.perf_counter()
         evaluating = 0.0  # seconds of held-out evaluation since the previous call ended
-        feed.publish("running", step)  # tells the client the ranks reached the loop
+        m.publisher.publish("running", step)  # tells the client the ranks reached the loop
         while step < self.total_steps:
-            epoch, in_epoch = divmod(step, spe)
-            k = int(min(k_plan, spe - in_epoch, self.total_steps - step, self._to_eval(step),
-                        self.watch.fault.steps_to_cut(step)))  # fmt: skip
-            self.watch.before_call(self.model, step, self.digest)
-            guard, flip = self.watch.inputs(step, k)
+            k = self._call_steps(step, k_plan)
             t0 = time.perf_counter()
-            reduced, took, guard = self.train_call(
-                tf.constant(epoch), tf.constant(in_epoch), tf.constant(k), tf.constant(decisions),
-                tf.constant(guard), tf.constant(flip),
-            )  # fmt: skip
-            reduced, took = reduced.numpy(), took.numpy()  # syncs
+            reduced, took, guard = self._call(step, k, decided)
             t1 = time.perf_counter()
             timing.setdefault("first_call_s", t1 - t0)  # graph optimisation happens here
             # host time: everything between two calls (Python, telemetry, publishing) but the
             # evaluation, which is timed apart and is not training time
-            clock.add(k, t1 - t0, t0 - t_prev - evaluating, took)
-            rates.add_call(k * B * world, t1 - t_prev - evaluating)
+            m.clock.add(k, t1 - t0, t0 - t_prev - evaluating, took)
+            m.rates.add_call(k * samples_per_step, t1 - t_prev - evaluating)
             t_prev, evaluating = t1, 0.0
-            spike = self.watch.after_call(guard.numpy(), step, k, self.digest)
-            if spike is not None and cfg.rollback:  # every rank: the same spike, the same state
-                back = self.watch.guard.restore(spike, MAX_ROLLBACKS)
-                if back is not None:
-                    self.watch.guard.events[-1]["restored_step"] = step = back
-                    epochs.rollback(back)
-                    continue
+            spike = self.watch.after_call(guard, step, k, self.digest)
+            back = self.watch.roll_back(spike) if spike is not None else None
+            if back is not None:  # every rank: the same spike, the same state
+                step = back
+                m.epochs.rollback(back)
+                continue
             step += k
-            timeline.after_call(step)
-            window.add(reduced, k)
-            epochs.add(reduced, k, t0)
-            if noise is not None and reduced[R["noise_samples"]] > 0:
-                n = reduced[R["noise_samples"]]
-                noise.update(reduced[R["small_sq"]] / n, reduced[R["big_sq"]] / n)
-            if spike is not None and cfg.rollback:
-                status = "diverged"
-                error = (
-                    f"the loss spiked at step {spike} again after {MAX_ROLLBACKS} rollbacks to the "
-                    "same state: the fault is not transient (or the spike factor too low)"
-                )
-            elif reduced[R["nonfinite"]] > 0:
-                status = "diverged"
-                error = (
-                    f"the loss became NaN or infinite at step {step} "
-                    f"(lr {self._lr(step):.4g}); lower base_lr, add warm-up, or use LARS"
-                )
-            elif reduced[R["stop"]] > 0 and step < self.total_steps:
-                status = "stopped"  # (a stop that lands in the last call finds the run done)
-            epoch_end = step % spe == 0 or step >= self.total_steps
-            point = None  # a held-out evaluation ends a history row, outside training time
-            due = self.eval_every and (step % self.eval_every == 0 or step >= self.total_steps)
-            if status == "finished" and due:
-                t_eval = time.perf_counter()
-                with self._evaluated():
-                    point = self.val.subset()
-                evaluating += time.perf_counter() - t_eval
-                clock.add_eval(time.perf_counter() - t_eval)
-            if reduced[R["publish"]] > 0 or epoch_end or point or status != "finished":
-                detail = self._gather_detail(clock.take())  # every rank, same calls
-                if self.rank == 0:
-                    row = window.row(
-                        step, time.perf_counter() - t_start, self._lr(step), detail, noise
-                    )
-                    row["eval_loss"], row["eval_accuracy"] = point or (float("nan"),) * 2
-                    rates.add_window(row["rank_samples_per_sec"])
-                    feed.rows.append(row)
-                else:
-                    window.reset()
+            m.timeline.after_call(step)
+            m.add(reduced, k, t0)
+            status, error = self._outcome(reduced, step, spike)
+            epoch_end = step % self.steps_per_epoch == 0 or step >= self.total_steps
+            evaluating += self._window_end(m, reduced, step, epoch_end, status, t_start)
             if status != "finished":
                 break
             if epoch_end:
-                t_eval = time.perf_counter()
-                with self._evaluated():
-                    val = self.val.full_set() if self.val is not None else (float("nan"),) * 2
-                t = time.perf_counter()
-                clock.add_eval(t - t_eval)  # (lands in the next row's window)
-                evaluating += t - t_eval
-                epochs.close(step, t, t - t_start, self._lr(step), val)
+                evaluating += self._epoch_end(m, step, t_start)
             if reduced[R["publish"]] > 0 or epoch_end:
-                feed.publish("running", step, time.perf_counter())
+                m.publisher.publish("running", step, time.perf_counter())
             k_plan = max(1, int(reduced[R["next_steps"]]))
-            sizer.observe(k, t1 - t0)
-            decisions = self._decide(sizer, feed)
+            m.sizer.observe(k, t1 - t0)
+            decided = self._decide(m)
+        return {**self._finish(m, status, error, step, t_start, wall0), **timing}
+
+    def _meters(self) -> LoopMeters:
+        cfg, world = self.cfg, self.world
+        B = cfg.batch_per_worker
+        from ipyparallel.datapub import publish_data
+
+        epochs = EpochMeter(world)
+        publisher = Publisher(
+            publish_data if self.rank == 0 else None, cfg.publish_every_s, self.total_steps
+        )
+        publisher.epochs = epochs.rows
+        return LoopMeters(
+            window=WindowMeter(B, world, self.steps_per_epoch),
+            epochs=epochs,
+            rates=ThroughputLog(),
+            clock=RankClock(self.local_batch),
+            noise=NoiseScale(B, B * world) if self.step.track_noise else None,
+            publisher=publisher,
+            sizer=CallSizer(
+                first=cfg.steps_per_call or FIRST_CALL_STEPS,
+                fixed=cfg.steps_per_call,
+                target_s=CALL_TARGET_S,
+                limit=MAX_STEPS_PER_CALL,
+            ),
+            timeline=TimelineWindow(self.hvd, self.run_dir, cfg.timeline_steps, world),
+        )
+
+    def _call_steps(self, step: int, planned: int) -> int:
+        """Steps of the call starting at ``step``: the plan, cut at the epoch's end, the run's
+        end, the next held-out evaluation and the fault's step."""
+        in_epoch = step % self.steps_per_epoch
+        return int(
+            min(
+                planned,
+                self.steps_per_epoch - in_epoch,
+                self.total_steps - step,
+                self._to_eval(step),
+                self.watch.steps_to_cut(step),
+            )
+        )
+
+    def _call(self, step: int, k: int, decided):
+        """One compiled call of ``k`` steps from ``step``: the reduced telemetry, this rank's
+        seconds of each part of the step, the detector's state out."""
+        tf = self.tf
+        epoch, in_epoch = divmod(step, self.steps_per_epoch)
+        self.watch.before_call(self.model, step, self.digest)
+        guard, flip = self.watch.inputs(step, k)
+        reduced, took, guard = self.train_call(
+            tf.constant(epoch),
+            tf.constant(in_epoch),
+            tf.constant(k),
+            tf.constant(decided),
+            tf.constant(guard),
+            tf.constant(flip),
+        )
+        took = {part: float(seconds.numpy()) for part, seconds in took.items()}
+        return reduced.numpy(), took, guard.numpy()  # (syncs)
+
+    def _outcome(self, reduced, step: int, spike: int | None):
+        """``(status, error)`` after the call that ended at ``step``: a spike no rollback could
+        undo, a non-finite loss, rank 0's stop, or still running ("finished")."""
+        if spike is not None and self.watch.rollback:
+            return "diverged", (
+                f"the loss spiked at step {spike} again after {MAX_ROLLBACKS} rollbacks to the "
+                "same state: the fault is not transient (or the spike factor too low)"
+            )
+        if reduced[R["nonfinite"]] > 0:
+            return "diverged", (
+                f"the loss became NaN or infinite at step {step} "
+                f"(lr {self._lr(step):.4g}); lower base_lr, add warm-up, or use LARS"
+            )
+        if reduced[R["stop"]] > 0 and step < self.total_steps:
+            return "stopped", None  # (a stop that lands in the last call finds the run done)
+        return "finished", None
+
+    def _window_end(self, m, reduced, step, epoch_end, status, t_start) -> float:
+        """A held-out evaluation if one is due, and the telemetry window's history row where one
+        ends (every rank gathers its detail on the same calls); the seconds evaluated."""
+        point, evaluated = None, 0.0  # a held-out evaluation ends a history row
+        due = self.eval_every and (step % self.eval_every == 0 or step >= self.total_steps)
+        if status == "finished" and due:
+            t_eval = time.perf_counter()
+            with self.step.evaluated():
+                point = self.val.subset()
+            evaluated = time.perf_counter() - t_eval
+            m.clock.add_eval(evaluated)
+        if reduced[R["publish"]] > 0 or epoch_end or point or status != "finished":
+            detail = self.call.gather_detail(m.clock.take())  # every rank, same calls
+            if self.rank == 0:
+                row = m.window.row(
+                    step, time.perf_counter() - t_start, self._lr(step), detail, m.noise
+                )
+                row["eval_loss"], row["eval_accuracy"] = point or (float("nan"),) * 2
+                m.rates.add_window(row["rank_samples_per_sec"])
+                m.publisher.rows.append(row)
+            else:
+                m.window.reset()
+        return evaluated
+
+    def _epoch_end(self, m, step: int, t_start: float) -> float:
+        """The full held-out evaluation and the epoch's row; the seconds evaluated."""
+        t_eval = time.perf_counter()
+        with self.step.evaluated():
+            val = self.val.full_set() if self.val is not None else (float("nan"),) * 2
+        t = time.perf_counter()
+        m.clock.add_eval(t - t_eval)  # (lands in the next row's window)
+        m.epochs.close(step, t, t - t_start, self._lr(step), val)
+        return t - t_eval
+
+    def _finish(self, m, status, error, step, t_start, wall0) -> dict:
+        """After the loop: the run judged, the final rows published, this rank's summary."""
+        cfg, world = self.cfg, self.world
         train_time = time.perf_counter() - t_start
         if self.val is not None:  # (synthetic data has random labels: chance is all it can do)
             status, error = judge(
-                status, error, epochs.rows[-1] if epochs.rows else None,
-                warmup_steps=cfg.warmup_steps(world), num_classes=self.num_classes,
+                status,
+                error,
+                m.epochs.rows[-1] if m.epochs.rows else None,
+                warmup_steps=cfg.warmup_steps(world),
+                num_classes=self.num_classes,
                 peak_lr=cfg.peak_lr(world),
-            )  # fmt: skip
-        feed.publish(status, step, time.perf_counter())  # final rows; every rank left the loop
-        timeline.after_call(step, last=True)
-        summary = self._summary(status, error, step, epochs, rates, noise, feed, window, wall0)
-        if self.rank == 0 and timeline.summary is not None:
-            summary["timeline"] = timeline.summary
+            )
+        m.publisher.publish(status, step, time.perf_counter())  # every rank left the loop
+        m.timeline.after_call(step, last=True)
+        summary = self._summary(status, error, step, m, wall0)
+        if self.rank == 0 and m.timeline.summary is not None:
+            summary["timeline"] = m.timeline.summary
         summary["train_time_s"] = train_time
-        summary["augment_offline_s"] = getattr(self.feed, "offline_s", 0.0)  # before training
+        summary["augment_offline_s"] = self.train_input.offline_s  # before training
         # the rate a user waits on: validation and host time included (Amdahl's serial part)
-        summary["overall_samples_per_sec"] = step * B * world / train_time if train_time else None
-        return {**summary, **timing}
+        samples = step * cfg.batch_per_worker * world
+        summary["overall_samples_per_sec"] = samples / train_time if train_time else None
+        return summary
 
     def _to_eval(self, step: int) -> int:
         """Steps from `step` to the next held-out evaluation (calls end there); large if off."""
         return self.eval_every - step % self.eval_every if self.eval_every else self.total_steps
 
-    def _decide(self, sizer: CallSizer, feed: Publisher):
+    def _decide(self, m: LoopMeters):
         """Rank 0's decisions (meters.DECISIONS); the other ranks contribute zeros to the sums."""
         if self.rank != 0:
             return decisions()
         # only rank 0 touches the STOP file
-        return decisions(self.stop_file.exists(), feed.due(time.perf_counter()), sizer.plan())
+        now = time.perf_counter()
+        return decisions(self.stop_file.exists(), m.publisher.due(now), m.sizer.plan())
 
-    def _summary(self, status, error, step, epochs, rates, noise, feed, window, wall0):
+    def _summary(self, status, error, step, m: LoopMeters, wall0) -> dict:
         cfg, world = self.cfg, self.world
-        last_epoch = epochs.rows[-1] if epochs.rows else {}
+        last_epoch = m.epochs.rows[-1] if m.epochs.rows else {}
         summary = {
             "status": status,
             "error": error,
@@ -363,31 +396,29 @@ class Trainer:
             "val_accuracy": last_epoch.get("val_accuracy"),
             "val_loss": last_epoch.get("val_loss"),
             "train_accuracy": last_epoch.get("accuracy"),
-            **rates.summary(),
-            "noise_scale": noise.value if noise is not None else None,
-            "grad_zero_fraction": window.run_ratio("grad_zeros", "grad_elems"),
+            **m.rates.summary(),
+            "noise_scale": m.noise.value if m.noise is not None else None,
+            "grad_zero_fraction": m.window.run_ratio("grad_zeros", "grad_elems"),
             "weights_digest": self.digest(),
-            "sdc": self.watch.summary() if self.watch.fault.on or self.watch.guard.on else None,
+            "sdc": self.watch.summary() if self.watch.on else None,
             # what the optimizer itself counted and used last (tests check them against steps)
             "optimizer_steps": int(self.optimizer.iterations.numpy()),
             "optimizer_last_lr": float(self.schedule(self.optimizer.iterations - 1)),
             "wall_time_s": time.time() - wall0,
         }
         if self.rank == 0:
-            summary["time_split"] = window.run_split()
-            summary["rows"] = feed.rows
-            summary["epochs"] = epochs.rows
+            summary["time_split"] = m.window.run_split()
+            summary["rows"] = m.publisher.rows
+            summary["epochs"] = m.epochs.rows
         return summary
-
-    def _evaluated(self):
-        """The weights held-out evaluation uses: the central model under Crossbow (its own
-        evaluation), else this rank's."""
-        central = getattr(self.step.averaging, "central", None)
-        return central() if central else contextlib.nullcontext()
 
     def _lr(self, step: int) -> float:
         """The LR of the last step taken (``step`` steps done)."""
         return float(self.lr_table[max(step, 1) - 1])
+
+    def central_weights(self) -> list:
+        """Crossbow's central average model as NumPy arrays ([] for other runs)."""
+        return self.step.central_weights()
 
     def digest(self) -> str:
         """A short hash of this rank's weights: equal on every rank when replicas agree."""
@@ -397,4 +428,4 @@ class Trainer:
         return h.hexdigest()[:16]
 
 
-__all__ = ["Trainer", "REDUCED", "DETAIL"]
+__all__ = ["Trainer", "LoopMeters"]

@@ -27,6 +27,9 @@ from __future__ import annotations
 
 import contextlib
 
+from hpclab.rank.features import groups
+from hpclab.rank.features.hooks import Feature, Traced
+
 
 class LocalSGD:
     """The model average of local SGD, for one run on one rank."""
@@ -110,17 +113,63 @@ class SMA:
                 w.assign(value)
 
 
-def for_run(cfg, model, world: int):
-    """The run's model averaging, or None for synchronous SGD (or a single rank). A hybrid run
-    averages models as local SGD does, across its synchronous groups (hpclab.rank.features.groups)."""
-    if cfg.update == "sync" or world == 1:
-        return None
-    import horovod.tensorflow as hvd
-    import tensorflow as tf
-
-    if cfg.update == "crossbow":
-        return SMA(cfg, model, tf, hvd, world)
-    return LocalSGD(cfg, model, tf, hvd)
+def in_run(cfg, world: int) -> bool:
+    """Whether the run averages models instead of gradients (never with a single rank)."""
+    return cfg.update != "sync" and world > 1
 
 
-__all__ = ["LocalSGD", "SMA", "for_run"]
+class Averaging(Feature):
+    """The step's hooks of local SGD, hybrid and Crossbow: the gradient exchange is replaced by
+    the hybrid group's own average (nothing at all for local SGD and Crossbow), and the models
+    are averaged after the update, timed as the step's ``allreduce`` part.
+
+    ``allreduce(grads, process_set)``: the step's gradient allreduce, over a hybrid group.
+    ``detect``: the spike detector is on, so the loss is averaged over all ranks on its own
+    (the gradients are not: no fused op carries it)."""
+
+    replaces_allreduce = True
+
+    def __init__(self, cfg, *, model, optimizer, world: int, rank: int, allreduce, stamp, tf, hvd):
+        self.tf, self.hvd, self.stamp, self.allreduce = tf, hvd, stamp, allreduce
+        self.optimizer = optimizer
+        self.detect = cfg.spike_factor > 0
+        crossbow = cfg.update == "crossbow"
+        self.models = SMA(cfg, model, tf, hvd, world) if crossbow else LocalSGD(cfg, model, tf, hvd)
+        # hybrid: this rank's synchronous group, whose gradients are averaged every step
+        hybrid = cfg.update == "hybrid"
+        self.group = groups.of_rank(hvd, world, cfg.groups, rank) if hybrid else None
+
+    @property
+    def state(self) -> list:
+        return list(getattr(self.models, "variables", []))
+
+    def exchange(self, s: Traced) -> None:
+        if self.group is not None:  # hybrid: synchronous inside the group
+            s.grads = self.allreduce(s.grads, self.group)
+        if self.detect:
+            hvd = self.hvd
+            s.judged = hvd.allreduce(s.loss, op=hvd.Average, name="hpclab_spike_loss")
+
+    def before_apply(self, s: Traced) -> list:
+        prepare = getattr(self.models, "prepare", None)  # Crossbow's corrections
+        return prepare() if prepare is not None else []
+
+    def after_apply(self, s: Traced) -> None:
+        """After the update: the models' average is the exchange (it ends the step)."""
+        with self.tf.control_dependencies([s.update_end]):
+            averaged = self.models(self.optimizer.iterations.read_value())
+        end = self.stamp([averaged])
+        s.exchanged_after_update = end - s.update_end
+        s.exchange_end = end
+
+    def central_weights(self) -> list:
+        """Crossbow's central model z as NumPy arrays ([] for local SGD and hybrid)."""
+        return [z.numpy() for z in getattr(self.models, "z", [])]
+
+    def central(self):
+        """The weights held-out evaluation uses: Crossbow's central model, else this rank's."""
+        central = getattr(self.models, "central", None)
+        return central() if central is not None else contextlib.nullcontext()
+
+
+__all__ = ["Averaging", "LocalSGD", "SMA", "in_run"]

@@ -25,9 +25,12 @@ redoes the steps since (the fault was transient, so they come out clean).
 
 from __future__ import annotations
 
+import contextlib
 from collections import deque
 
 import numpy as np
+
+from hpclab.rank.features.hooks import Feature, Traced
 
 EMA_RATE = 0.1  # weight of the newest clean step in the loss's running mean
 ARM_STEPS = 10  # clean steps seen before the detector may fire (the mean needs a few)
@@ -85,9 +88,13 @@ class Fault:
         rng = np.random.default_rng([cfg.seed, cfg.sdc_layer, cfg.sdc_bit, cfg.sdc_step])
         self.element = int(rng.integers(kernel.shape.num_elements()))
         self.record = {
-            "target": self.target, "layer": self.layer.name, "bit": self.bit,
-            "rank": cfg.sdc_rank, "step": self.step, "element": self.element,
-        }  # fmt: skip
+            "target": self.target,
+            "layer": self.layer.name,
+            "bit": self.bit,
+            "rank": cfg.sdc_rank,
+            "step": self.step,
+            "element": self.element,
+        }
 
     # -- when -------------------------------------------------------------------------------------
     def steps_to_cut(self, step: int) -> int:
@@ -199,18 +206,87 @@ class Guard:
         return step
 
 
-__all__ = ["Fault", "Guard", "assign_all", "flip_bit", "mask_int32", "weighted_layers"]
+def in_run(cfg, world: int) -> bool:
+    """Whether the step carries a flip (a gradient's or an activation's; weights flip on the
+    host): every rank builds it, the fault's rank with the bit's mask, the others with 0."""
+    return cfg.sdc_target in ("gradients", "activations")
+
+
+class FaultInStep(Feature):
+    """The step's hooks of the planned flip: in the forward pass (an activation) or in this
+    rank's gradient before the exchange, in the call's last step only (``flip`` is None in the
+    others)."""
+
+    def __init__(self, fault: Fault, tf):
+        self.fault, self.tf = fault, tf
+
+    def forward_fault(self, flip):
+        if flip is None or self.fault.target != "activations":
+            return None
+        return self._in_activation(flip)
+
+    @contextlib.contextmanager
+    def _in_activation(self, flip):
+        """The planned layer's activation passes through the fault while the step is traced."""
+        fault, tf = self.fault, self.tf
+        layer, activation = fault.layer, fault.layer.activation
+        layer.activation = lambda z: fault.flip_tensor(tf, activation(z), flip)
+        try:
+            yield
+        finally:
+            layer.activation = activation
+
+    def before_allreduce(self, s: Traced) -> None:
+        if s.flip is not None and self.fault.target == "gradients":
+            i, grads = self.fault.var_index, s.grads
+            flipped = self.fault.flip_tensor(self.tf, grads[i], s.flip)
+            s.grads = [*grads[:i], flipped, *grads[i + 1 :]]
 
 
 class Watch:
     """What the trainer asks of this module, call by call: the fault and the guard together."""
 
-    def __init__(self, cfg, model, state, rank: int):
-        """``state``: every variable a rollback restores (weights, optimizer state, ...)."""
-        self.fault = Fault(cfg, model, rank)
+    def __init__(self, cfg, fault: Fault, state, max_rollbacks: int):
+        """``state``: every variable a rollback restores (weights, optimizer state, ...);
+        ``max_rollbacks``: restores of one state before a spike counts as not transient."""
+        self.fault = fault
         self.guard = Guard(cfg.spike_factor, cfg.rollback, state)
+        self.rollback, self.max_rollbacks = bool(cfg.rollback), int(max_rollbacks)
         self.in_call = self.fault.on and self.fault.target != "weights"  # the call takes a mask
         self.detected: int | None = None  # the first spike's step
+
+    @property
+    def on(self) -> bool:
+        """A fault is planned or the detector runs (the summary then reports them)."""
+        return self.fault.on or self.guard.on
+
+    @property
+    def variables(self) -> list:
+        """Every variable a rollback restores."""
+        return self.guard.variables
+
+    def check(self, tf, state, loss, i):
+        """The detector's update of ``state`` with step ``i``'s judged ``loss`` (in the graph);
+        ``state`` unchanged with the detector off."""
+        return self.guard.check(tf, state, loss, i) if self.guard.on else state
+
+    def steps_to_cut(self, step: int) -> int:
+        """Steps the call starting at ``step`` may run so a flip lands on a call boundary."""
+        return self.fault.steps_to_cut(step)
+
+    def detector_state(self) -> np.ndarray:
+        """The detector's state a call starts from (no spike yet)."""
+        return self.guard.state_in()
+
+    def roll_back(self, spike: int) -> int | None:
+        """With rollback, every rank: restore the newest state older than the ``spike`` step and
+        record it; the step it was at, or None (rollback off, or the fault is not transient)."""
+        if not self.rollback:
+            return None
+        back = self.guard.restore(spike, self.max_rollbacks)
+        if back is not None:
+            self.guard.events[-1]["restored_step"] = back
+        return back
 
     def before_call(self, model, step: int, digest) -> None:
         if step == 0:
@@ -226,7 +302,7 @@ class Watch:
 
     def inputs(self, step: int, steps: int) -> tuple[np.ndarray, int]:
         """The call's detector state and fault mask."""
-        return self.guard.state_in(), self.fault.mask(step, steps)
+        return self.detector_state(), self.fault.mask(step, steps)
 
     def after_call(self, state_out, step: int, steps: int, digest) -> int | None:
         """The global step of a spike in the call ``[step, step + steps)``, or None. Records the
@@ -244,3 +320,16 @@ class Watch:
         out["detected_step"] = self.detected
         out["spikes"] = list(self.guard.events)  # each with restored_step if rolled back
         return out
+
+
+__all__ = [
+    "Fault",
+    "FaultInStep",
+    "Guard",
+    "Watch",
+    "assign_all",
+    "flip_bit",
+    "in_run",
+    "mask_int32",
+    "weighted_layers",
+]

@@ -13,6 +13,8 @@ SGD. The first τ steps apply zeros (no gradient is old enough yet).
 
 from __future__ import annotations
 
+from hpclab.rank.features.hooks import Feature, Traced
+
 
 class StaleGradients:
     """A ring of the last τ averaged gradients (τ = ``RunConfig.staleness`` ≥ 1)."""
@@ -36,13 +38,23 @@ class StaleGradients:
             return [tf.identity(g) for g in old]
 
 
-def for_run(cfg, variables):
-    """The run's stale-gradient ring, or None (``staleness`` 0: synchronous SGD)."""
-    if not cfg.staleness:
-        return None
-    import tensorflow as tf
-
-    return StaleGradients(cfg.staleness, variables, tf)
+def in_run(cfg, world: int) -> bool:
+    return bool(cfg.staleness)
 
 
-__all__ = ["StaleGradients", "for_run"]
+class Staleness(Feature):
+    """The step's hook: after the exchange, the averaged gradient of τ steps ago is applied."""
+
+    def __init__(self, tau: int, model, optimizer, tf):
+        self.ring = StaleGradients(tau, model.trainable_variables, tf)
+        self.optimizer = optimizer
+
+    @property
+    def state(self) -> list:
+        return list(self.ring.ring)
+
+    def after_allreduce(self, s: Traced) -> None:
+        s.grads = self.ring(s.grads, self.optimizer.iterations.read_value())
+
+
+__all__ = ["StaleGradients", "Staleness", "in_run"]

@@ -34,7 +34,7 @@ def run(cfg_dict: dict, run_dir: str, data_dir: str, plan: dict) -> dict:
     if summary["status"] != "finished" or trainer.val is None or trainer.val.sub is None:
         return {"warmup": warmup, "clean": None, "trials": []}
     tf, cfg, model = trainer.tf, RunConfig.from_dict(cfg_dict), trainer.model
-    variables = trainer.watch.guard.variables  # the model's and the optimizer's
+    variables = trainer.watch.variables  # the model's and the optimizer's
     state = [v.numpy() for v in variables]
     names = [layer.name for layer in weighted_layers(model)]
     layers = list(plan["layers"]) if plan["layers"] is not None else list(range(len(names)))
@@ -53,7 +53,7 @@ def run(cfg_dict: dict, run_dir: str, data_dir: str, plan: dict) -> dict:
             fault.flip_weights(model, 0)
             row = {"layer": layer, "layer_name": names[layer], "element": fault.element}
             row.update({k: fault.record.get(k, np.nan) for k in ("before", "after")})
-        guard = tf.constant(trainer.watch.guard.state_in())
+        guard = tf.constant(trainer.watch.detector_state())
         reduced, _, guard = trainer.train_call(epoch, *call, guard, tf.constant(0))
         loss, accuracy = trainer.val.subset()
         row.update(

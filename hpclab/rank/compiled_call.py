@@ -1,0 +1,110 @@
+"""The compiled call: a tensor number of optimizer steps in one ``tf.while_loop``, and the
+collectives of a call's telemetry.
+
+Per-call Python overhead, not arithmetic, dominates the lab's small models (hpclab issue 10), so
+one ``tf.function`` runs many steps of :class:`hpclab.rank.step.Step` over batches cut inside
+the graph from the rank's resident shard (:mod:`hpclab.rank.feed`). Its signature is fixed, so it
+is traced once per run, whatever the call's step count or epoch; the call's last step is traced
+apart and samples the gradients (norms, zeros) and carries the fault's flip. The call ends with
+one small allreduce of :data:`hpclab.rank.meters.REDUCED` (rank 0's decisions ride in it); on
+publish calls the host gathers every rank's own timings (:meth:`CompiledCall.gather_detail`).
+"""
+
+from __future__ import annotations
+
+from hpclab.core.pop import STEP_PARTS
+from hpclab.rank.meters import DECISIONS, REDUCED
+from hpclab.rank.step import SUMS
+
+
+class CompiledCall:
+    """``function(epoch, start, steps, decisions, guard, flip)`` → the call's reduced telemetry,
+    this rank's seconds of each part of :data:`hpclab.core.pop.STEP_PARTS` and the spike
+    detector's state out.
+
+    ``step``: the run's :class:`~hpclab.rank.step.Step`; ``source``: the training input
+    (:mod:`hpclab.rank.feed`); ``watch``: the SDC watch (its detector runs in the graph)."""
+
+    def __init__(self, step, source, watch, *, local_batch: int, grad_elems: float, world: int):
+        import horovod.tensorflow as hvd
+        import tensorflow as tf
+
+        self.tf, self.hvd, self.world = tf, hvd, world
+        self.step, self.source, self.watch = step, source, watch
+        self.local_batch, self.grad_elems = local_batch, grad_elems
+        scalar = tf.TensorSpec([], tf.int32)
+        self.function = tf.function(
+            self._call,
+            input_signature=[
+                scalar,
+                scalar,
+                scalar,
+                tf.TensorSpec([len(DECISIONS)], tf.float64),
+                tf.TensorSpec([3], tf.float32),
+                scalar,
+            ],
+        )
+
+    def _call(self, epoch, start, steps, decided, guard, flip):
+        """``steps`` optimizer steps from step ``start`` of ``epoch``; the reduced telemetry, this
+        rank's time split (by part) and the spike detector's ``guard`` state (``flip``: the
+        fault's mask)."""
+        tf, source, check = self.tf, self.source, self.watch.check
+        order = source.order(epoch)
+        last = steps - 1  # (steps >= 1: the last step, traced apart, samples the gradients)
+
+        def batch(i):  # the step's input: cut (and augmented) when the step runs
+            return lambda: source.batch_at(order, start + i, epoch)
+
+        def body(i, sums, times, clock, guard):
+            out, took, clock, loss = self.step(batch(i), clock)
+            return i + 1, _add(sums, out), _add(times, took), clock, check(tf, guard, loss, i)
+
+        _, sums, times, clock, guard = tf.while_loop(
+            lambda i, *_: i < last,
+            body,
+            (tf.constant(0), self._zeros(SUMS), self._zeros(STEP_PARTS), self.step.start(), guard),
+            parallel_iterations=1,
+        )
+        flip = flip if self.watch.in_call else None
+        out, took, _, loss = self.step(batch(last), clock, sample=True, flip=flip)
+        sums, times, guard = _add(sums, out), _add(times, took), check(tf, guard, loss, last)
+        return self._reduce(sums, steps, decided), times, guard  # the times: this rank's own
+
+    def _zeros(self, names) -> dict:
+        return {name: self.tf.constant(0.0) for name in names}
+
+    def _reduce(self, sums, steps, decided):
+        """The call's :data:`~hpclab.rank.meters.REDUCED` vector: this rank's share, summed
+        over ranks with rank 0's ``decided`` decisions (the other ranks pass zeros)."""
+        tf = self.tf
+        decided = tf.cast(decided, tf.float32)
+        entries = {  # this rank's share of meters.REDUCED, by name
+            **sums,  # the step's SUMS: loss_sum, correct, small_sq, big_sq, grad_zeros
+            "count": tf.cast(steps * self.local_batch, tf.float32),
+            "noise_samples": tf.constant(1.0 if self.step.track_noise else 0.0),
+            "grad_elems": tf.constant(self.grad_elems, tf.float32),
+            "nonfinite": 1.0 - tf.cast(tf.math.is_finite(sums["loss_sum"]), tf.float32),
+            **{name: decided[i] for i, name in enumerate(DECISIONS)},
+        }
+        mine = tf.stack([entries[name] for name in REDUCED])
+        if self.world > 1:
+            # Horovod: one small allreduce a call: every rank learns the sums and rank 0's decisions.
+            mine = self.hvd.allreduce(mine, op=self.hvd.Sum, name="hpclab_telemetry")
+        return mine
+
+    def gather_detail(self, mine):
+        """Horovod: every rank's own timings, on publish calls only (O(world) twice a second)."""
+        tf = self.tf
+        vec = tf.constant(mine[None, :], dtype=tf.float64)
+        if self.world == 1:
+            return vec.numpy()
+        return self.hvd.allgather(vec, name="hpclab_detail").numpy()
+
+
+def _add(a: dict, b: dict) -> dict:
+    """Running sums by name."""
+    return {name: a[name] + b[name] for name in a}
+
+
+__all__ = ["CompiledCall"]
