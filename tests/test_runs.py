@@ -336,3 +336,61 @@ def test_a_run_whose_client_is_gone_reads_abandoned(tmp_path):
     assert unfinished_status({"created": created}) == "running?"  # older records: no client
     # a pid reused by a process that started after the run was created is not its client
     assert unfinished_status({"client": me, "created": "2000-01-01T00:00:00"}) == "abandoned"
+
+
+# -- records of the wrong shape --------------------------------------------------------------------
+
+
+def _bad_records(root):
+    """A folder of runs as a shared runs folder may hold them: one good, one whose history has a
+    line of bytes that are not UTF-8, one whose files are JSON of the wrong types, one whose
+    summary is a list."""
+    good = _store(root, run_id="a-good")
+    good.append_history([{"step": 1, "loss": 2.0}])
+    good.write_summary({"status": "finished", "val_accuracy": 0.9})
+    bytes_ = _store(root, run_id="b-bytes")
+    bytes_.append_history([{"step": 1}])
+    with open(bytes_.path / "metrics.jsonl", "ab") as f:
+        f.write(b'{"step": 2, "note": "\xff\xfe"}\n')
+    bytes_.append_history([{"step": 3}])
+    bytes_.write_summary({"status": "finished"})
+    types = root / "c-types"
+    types.mkdir()
+    jsonio.write_json_atomic(
+        types / "config.json",
+        {"config": "oops", "workers": "two", "derived": [1, 2], "created": 5, "client": 3},
+    )
+    jsonio.write_json_atomic(types / "summary.json", {"status": 7, "val_accuracy": "high"})
+    listed = _store(root, run_id="d-list")
+    (listed.path / "summary.json").write_text("[1, 2]", encoding="utf-8")
+    return good, bytes_
+
+
+def test_bad_bytes_in_a_history_line_skip_that_line_only(tmp_path, caplog):
+    _, bytes_ = _bad_records(tmp_path)
+    assert load_run(bytes_.path).history["step"].tolist() == [1, 3]
+    assert any("metrics.jsonl" in r.getMessage() for r in caplog.records)
+
+
+def test_records_of_the_wrong_shape_never_crash_a_listing(tmp_path, caplog):
+    """`hpclab runs`, `report` and sweep resume read past them with one line naming the file."""
+    good, _ = _bad_records(tmp_path)
+    table = list_runs(tmp_path)
+    assert table["run_id"].tolist()[-1] == "a-good" and "c-types" not in table["run_id"].tolist()
+    assert "d-list" not in table["run_id"].tolist()
+    assert find_finished(tmp_path, CFG.to_dict(), 2) == good.path
+    named = " ".join(r.getMessage() for r in caplog.records)
+    assert str(tmp_path / "c-types" / "config.json") in named
+    assert str(tmp_path / "d-list" / "summary.json") in named
+
+
+def test_the_cli_lists_and_reports_a_folder_of_bad_records(tmp_path, capsys):
+    from hpclab.tools import cli
+
+    _bad_records(tmp_path)
+    assert cli.main(["runs", "--runs-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr()
+    assert "a-good" in out.out and "Traceback" not in out.err
+    report = tmp_path / "report.html"
+    assert cli.main(["report", str(tmp_path), "-o", str(report)]) == 0
+    assert report.is_file() and "Traceback" not in capsys.readouterr().err

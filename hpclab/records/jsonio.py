@@ -8,12 +8,15 @@ rename, so a crash or a full disk leaves the previous complete version, never ha
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 
 def clean(value: Any) -> Any:
@@ -85,18 +88,35 @@ def append_jsonl(path: Path | str, rows: Iterable[dict], mode: int = 0o600) -> N
 
 
 def read_jsonl(path: Path | str) -> list[dict]:
-    """Rows of a JSON-lines file; a torn line (a crash mid-append) is skipped."""
-    rows = []
+    """Rows of a JSON-lines file. A line that is not a JSON object is skipped: a torn last line
+    (a crash mid-append) silently, any other (bytes that are not UTF-8, a foreign line) with
+    one warning naming the file and how many lines were skipped."""
+    rows, bad = [], 0
     try:
-        with open(path, encoding="utf-8") as f:
-            for line in f:
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError:
-                    continue
+        with open(path, "rb") as f:
+            lines = f.read().split(b"\n")
     except FileNotFoundError:
-        pass
+        return rows
+    torn = lines[-1]  # the text after the last newline: empty, or a line cut short
+    for line in lines[:-1]:
+        row = _json_object(line)
+        if row is None:
+            bad += 1
+        else:
+            rows.append(row)
+    if torn.strip() and (row := _json_object(torn)) is not None:
+        rows.append(row)
+    if bad:
+        log.warning("%s: skipped %d line(s) that are not JSON objects", path, bad)
     return rows
+
+
+def _json_object(line: bytes) -> dict | None:
+    try:
+        value = json.loads(line.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    return value if isinstance(value, dict) else None
 
 
 __all__ = [

@@ -54,7 +54,40 @@ def read_record_json(path: Path) -> dict:
             f"{path} holds a JSON {type(data).__name__}, not the object hpclab writes; "
             "remove it, or the run folder"
         )
+    for key, kinds in _SHAPE.get(path.name, {}).items():
+        if data.get(key) is not None and not isinstance(data[key], kinds):
+            raise RecordError(
+                f"{path} holds {key}={data[key]!r}, where hpclab writes a "
+                f"{' or '.join(k.__name__ for k in kinds)}; a foreign file: remove it, or the "
+                "run folder"
+            )
     return data
+
+
+_NUMBER = (int, float)
+#: The keys listings, reports and sweeps read from a run's files, and the types hpclab writes
+#: there (None is always allowed: a key may be absent or unknown).
+_SHAPE: dict[str, dict[str, tuple]] = {
+    "config.json": {
+        "config": (dict,),
+        "workers": (int,),
+        "derived": (dict,),
+        "created": (str,),
+        "client": (dict,),
+        "lab": (dict,),
+        "run_id": (str,),
+    },
+    "summary.json": {
+        "status": (str,),
+        "error": (str,),
+        "val_accuracy": _NUMBER,
+        "samples_per_sec": _NUMBER,
+        "wall_time_s": _NUMBER,
+        "steps": (int,),
+        "time_split": (dict,),
+        "sdc": (dict,),
+    },
+}
 
 
 def _readable(cfg_path: Path) -> tuple[dict, dict] | None:
