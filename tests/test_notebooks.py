@@ -71,6 +71,45 @@ def _claim_00(runs_dir: Path) -> str:
     )
 
 
+def _claim_01(runs_dir: Path) -> str:
+    """Notebook 01: without scaling, accuracy falls with the batch by far more than a seed moves
+    it; linear scaling with warm-up buys it back at the medium batch and fails at the largest; in
+    the window, LARS still trains (status not failed, accuracy above 0.15) at a peak LR at least
+    twice the largest at which momentum SGD trains, and collapses too at the top."""
+    records = _records(runs_dir)
+    window = [r for r in records if "lr-window" in (r.config.get("tags") or ())]
+    sweep = [r for r in records if r.config["epochs"] == 6]
+
+    def acc(r):  # a run that diverged or collapsed has not trained, whatever it read
+        failed = r.status in ("diverged", "collapsed")
+        return 0.0 if failed else r.summary.get("val_accuracy") or 0.0
+
+    def rule(name, opt="momentum"):
+        return {
+            r.summary["global_batch"]: round(acc(r), 3)
+            for r in sweep
+            if r.config["lr_scaling"] == name and r.config["optimizer"] == opt
+        }
+
+    none, linear, lars = rule("none"), rule("linear"), rule("linear", "lars")
+    b = sorted(none)
+    assert len(b) == 3 and none[b[0]] > none[b[1]] + 0.1 > none[b[2]] + 0.2, none
+    assert linear[b[1]] > none[b[1]] + 0.2, (linear, none)  # bought back at the medium batch
+    assert linear[b[2]] < linear[b[1]] - 0.2, linear  # the largest: past the window's edge
+    band = {
+        opt: {
+            round(r.summary["lr"], 3): round(acc(r), 3)
+            for r in sorted(window, key=lambda r: r.summary["lr"])
+            if r.config["optimizer"] == opt
+        }
+        for opt in ("momentum", "lars")
+    }
+    trained = {opt: [lr for lr, a in accs.items() if a > 0.15] for opt, accs in band.items()}
+    assert trained["momentum"] and max(trained["lars"]) >= 2 * max(trained["momentum"]), band
+    assert band["lars"][max(band["lars"])] < 0.15, band  # LARS collapses too, at the top
+    return f"val accuracy by global batch: none {none}, linear {linear}, LARS {lars}; window {band}"
+
+
 def pd_round(d: dict) -> dict:
     return {k: round(float(v), 1) for k, v in sorted(d.items())}
 
@@ -231,6 +270,7 @@ def _claim_09(runs_dir: Path) -> str:
 
 CLAIMS = {
     "00_welcome": _claim_00,
+    "01_batch_size_accuracy": _claim_01,
     "06_where_time_goes": _claim_06,
     "07_input_and_io": _claim_07,
     "08_silent_data_corruption": _claim_08,
