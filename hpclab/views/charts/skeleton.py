@@ -44,7 +44,7 @@ TITLES = (
     "loss (cross-entropy)",
     "accuracy (fraction correct)",
     "learning rate",
-    "gradient noise scale B_noise and the global batch (samples)",
+    "gradient noise scale B_simple and the global batch (samples)",
     f"where a step's time goes, per rank (ms per step over ≥ {RATE_WINDOW_S:g} s)",
 )
 Y_TITLES = ("samples/s", "loss", "accuracy", "learning rate", "samples", "")

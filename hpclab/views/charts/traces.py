@@ -8,9 +8,10 @@ plotly properties) for six panels:
 2. loss — training loss (live rows) and validation loss (one marker per epoch);
 3. accuracy — training accuracy (live rows) and validation accuracy (one marker per epoch);
 4. learning rate — shows warm-up and the schedule as the run actually used them;
-5. gradient noise scale B_noise (McCandlish et al. 2018, "An Empirical Model of Large-Batch
-   Training", arXiv:1812.06162) against the current global batch: batch ≪ B_noise → a bigger
-   batch is almost free in steps; batch ≫ B_noise → diminishing returns (:func:`notes`);
+5. gradient noise scale B_simple = tr Σ / |G|² (McCandlish et al. 2018, "An Empirical Model of
+   Large-Batch Training", arXiv:1812.06162: their simple estimate of B_noise, which weights Σ
+   and G by the Hessian) against the current global batch: batch ≪ B_simple → a bigger
+   batch is almost free in steps; batch ≫ B_simple → diminishing returns (:func:`notes`);
 6. where a step's time goes, per rank, with POP's efficiencies (:mod:`hpclab.views.charts.split`).
 
 Both the live widget (:class:`hpclab.views.panel.live.Dashboard`) and the static :func:`figure` are
@@ -222,7 +223,7 @@ def trace_specs(
             "noise",
             hx,
             column(h, "noise_scale"),
-            name="B_noise",
+            name="B_simple",
             mode="lines",
             line=dict(color=COLORS["noise"]),
         )
@@ -250,7 +251,7 @@ def trace_specs(
         ("acc/train", "accuracy", hx, sm(column(h, "accuracy")), "train accuracy", {"width": 1}),
         ("acc/val", "accuracy", ex, column(e, "val_accuracy"), "val accuracy", {"width": 1.5}),
         ("lr", "lr", hx, column(h, "lr"), "learning rate", {}),
-        ("noise", "noise", hx, column(h, "noise_scale"), "B_noise", {}),
+        ("noise", "noise", hx, column(h, "noise_scale"), "B_simple", {}),
     )
     marker = dict(size=6, color=col, symbol="circle-open" if overlay else "circle")
     for key, panel, xs, ys, what, line in lines:
@@ -281,16 +282,16 @@ def notes(run_like: Any, ideal_single_rank: float | None = None) -> dict[str, st
     b_noise = last_finite(column(f.history, "noise_scale"))
     gb = f.global_batch
     if f.workers < 2:
-        out["noise_note"] = "B_noise needs ≥ 2 workers (local vs global gradient)"
+        out["noise_note"] = "B_simple needs ≥ 2 workers (local vs global gradient)"
     elif gb and math.isfinite(b_noise) and b_noise > 0:
         ratio = gb / b_noise
         if ratio < 0.5:
-            lesson = "batch ≪ B_noise: a bigger batch still cuts steps almost for free"
+            lesson = "batch ≪ B_simple: a bigger batch still cuts steps almost for free"
         elif ratio > 2:
-            lesson = "batch ≫ B_noise: diminishing returns, more batch buys few fewer steps"
+            lesson = "batch ≫ B_simple: diminishing returns, more batch buys few fewer steps"
         else:
-            lesson = "batch ≈ B_noise: near the critical batch size"
-        out["noise_note"] = f"B = {gb:,}, B_noise ≈ {b_noise:,.0f} → {lesson}"
+            lesson = "batch ≈ B_simple: near the critical batch size"
+        out["noise_note"] = f"B = {gb:,}, B_simple ≈ {b_noise:,.0f} → {lesson}"
     return out
 
 
