@@ -110,6 +110,28 @@ def _claim_01(runs_dir: Path) -> str:
     return f"val accuracy by global batch: none {none}, linear {linear}, LARS {lars}; window {band}"
 
 
+def _claim_02(runs_dir: Path) -> str:
+    """Notebook 02: throughput rises many times from the smallest batch to the largest; every
+    accuracy run trains; with the square-root rule each doubling cuts the steps to target by
+    about sqrt(2), clearly less than the 2 of perfect scaling, from the first doubling on."""
+    from hpclab.views.charts.comparison import compare
+
+    records = _records(runs_dir)
+    speed = compare([r for r in records if r.config.get("max_steps")]).table
+    rate = speed.set_index("global_batch")["samples_per_sec"].sort_index()
+    assert len(rate) == 4 and rate.iloc[-1] > 5 * rate.iloc[0], rate
+    full = compare([r for r in records if not r.config.get("max_steps")]).table
+    assert (full["status"] == "finished").all() and (full["val_accuracy"] > 0.8).all(), full
+    steps = full.set_index("global_batch")["steps_to_target"].sort_index().astype(float)
+    ratio = (steps.shift(1) / steps).dropna()
+    assert len(ratio) == 3 and ratio.between(1.15, 1.75).all(), steps.to_dict()
+    return (
+        f"samples/s by global batch {rate.round(0).to_dict()}; steps to target "
+        f"{steps.to_dict()}, per doubling {ratio.round(2).to_dict()}; time to target "
+        f"{full.set_index('global_batch')['time_to_target_s'].round(1).to_dict()}"
+    )
+
+
 def pd_round(d: dict) -> dict:
     return {k: round(float(v), 1) for k, v in sorted(d.items())}
 
@@ -271,6 +293,7 @@ def _claim_09(runs_dir: Path) -> str:
 CLAIMS = {
     "00_welcome": _claim_00,
     "01_batch_size_accuracy": _claim_01,
+    "02_hardware_vs_statistical": _claim_02,
     "06_where_time_goes": _claim_06,
     "07_input_and_io": _claim_07,
     "08_silent_data_corruption": _claim_08,
