@@ -132,6 +132,37 @@ def _claim_02(runs_dir: Path) -> str:
     )
 
 
+def _claim_03(runs_dir: Path) -> str:
+    """Notebook 03: bfloat16's accuracy lands within a seed's spread of float32's (at each of two
+    seeds); float16 on a CPU is several times slower than float32; early in training float16
+    without the loss scaler has about float32's share of zero gradient elements."""
+    records = _records(runs_dir)
+    cnn = [r for r in records if r.config["model"] != "resnet20" and not r.config["max_steps"]]
+    acc = {(r.config["seed"], r.config["precision"]): r.summary["val_accuracy"] for r in cnn}
+    seeds = sorted({s for s, _ in acc})
+    assert len(seeds) == 2 and len(acc) == 4, acc
+    seed_gap = max(abs(acc[seeds[0], p] - acc[seeds[1], p]) for p in ("float32", "mixed_bfloat16"))
+    precision_gap = max(abs(acc[s, "mixed_bfloat16"] - acc[s, "float32"]) for s in seeds)
+    assert precision_gap <= max(2 * seed_gap, 0.02), (precision_gap, seed_gap, acc)
+    float32_rate = min(
+        r.summary["samples_per_sec"] for r in cnn if r.config["precision"] == "float32"
+    )
+    short = {
+        (r.config["precision"], r.config["loss_scaling"]): r
+        for r in records
+        if r.config["model"] != "resnet20" and r.config["max_steps"]
+    }
+    fp16 = short["mixed_float16", True].summary["samples_per_sec"]
+    assert fp16 < float32_rate / 2, (fp16, float32_rate)
+    zeros = {f"{p}, scaler {s}": r.summary["grad_zero_fraction"] for (p, s), r in short.items()}
+    f32, unscaled = zeros["float32, scaler True"], zeros["mixed_float16, scaler False"]
+    assert abs(unscaled - f32) <= max(0.005, 0.25 * f32), zeros  # nothing extra flushed to zero
+    return (
+        f"val accuracy {acc} (precision gap {precision_gap:.4f}, seed gap {seed_gap:.4f}); "
+        f"float16 {fp16:,.0f} vs float32 {float32_rate:,.0f} samples/s; zero share {zeros}"
+    )
+
+
 def pd_round(d: dict) -> dict:
     return {k: round(float(v), 1) for k, v in sorted(d.items())}
 
@@ -294,6 +325,7 @@ CLAIMS = {
     "00_welcome": _claim_00,
     "01_batch_size_accuracy": _claim_01,
     "02_hardware_vs_statistical": _claim_02,
+    "03_precision": _claim_03,
     "06_where_time_goes": _claim_06,
     "07_input_and_io": _claim_07,
     "08_silent_data_corruption": _claim_08,
