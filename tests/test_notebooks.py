@@ -200,6 +200,32 @@ def _claim_04(runs_dir: Path) -> str:
 BUSY = 0.15  # a repeat moving E(2) by more than this: the machine was too busy to tell
 
 
+def _claim_05(runs_dir: Path) -> str:
+    """Notebook 05: with the square-root rule the steps to target fall by about sqrt(2) per
+    doubling, not 2, from the first doubling on, and the largest batch does not reach the target
+    (or not faster); B_simple is positive in every run and ends above its mid-run value in most."""
+    from hpclab.views.charts.comparison import compare
+
+    records = _records(runs_dir)
+    table = compare(records).table.set_index("global_batch").sort_index()
+    steps = table["steps_to_target"].astype(float)
+    ratio = (steps.shift(1) / steps).iloc[1:]
+    assert len(steps) == 5 and ratio.iloc[:3].between(1.15, 1.75).all(), steps.to_dict()
+    assert not ratio.iloc[3] >= 1.75, steps.to_dict()  # NaN: the largest never got there
+    final, mid = {}, {}
+    for r in records:
+        b = r.summary["global_batch"]
+        final[b] = r.summary["noise_scale"]
+        mid[b] = r.history.set_index("step")["noise_scale"].dropna().asof(r.summary["steps"] / 2)
+    assert all(v > 0 for v in final.values()), final
+    grew = [b for b in final if final[b] > mid[b]]
+    assert len(grew) >= 3, (mid, final)
+    return (
+        f"steps to target {steps.to_dict()}, per doubling {ratio.round(2).to_dict()}; "
+        f"B_simple mid-run {pd_round(mid)} -> final {pd_round(final)}"
+    )
+
+
 def pd_round(d: dict) -> dict:
     return {k: round(float(v), 1) for k, v in sorted(d.items())}
 
@@ -364,6 +390,7 @@ CLAIMS = {
     "02_hardware_vs_statistical": _claim_02,
     "03_precision": _claim_03,
     "04_scaling_out": _claim_04,
+    "05_critical_batch": _claim_05,
     "06_where_time_goes": _claim_06,
     "07_input_and_io": _claim_07,
     "08_silent_data_corruption": _claim_08,
