@@ -6,7 +6,7 @@ import shlex
 
 import pytest
 
-from hpclab.cluster.launch import plan_launch
+from hpclab.cluster.launch import LOCAL_NETWORK, LOOPBACK, plan_launch
 from hpclab.cluster.profiles import BUILTIN, parse
 from hpclab.core.engine_settings import EngineSettings
 from hpclab.core.errors import ConfigError
@@ -36,6 +36,21 @@ def test_local_plan_runs_the_found_mpiexec_on_loopback():
     assert kwargs["profile_dir"] == "/s/ipp-c1" and "controller_ip" not in kwargs
     config = p.ipp_config()
     assert config.MPILauncher.mpi_cmd == ["/venv/bin/mpiexec"]
+
+
+@pytest.mark.skipif(not LOOPBACK, reason="loopback settings are planned on Linux only")
+def test_a_local_labs_mpi_layer_is_planned_on_loopback_and_a_profile_wins():
+    """UCX and libfabric listen on loopback in a local lab (tests/test_faults.py checks the
+    sockets); a profile's own value, a named interface and Slurm launches are left alone."""
+    assert {k: plan().engine_env[k] for k in LOCAL_NETWORK} == dict.fromkeys(LOCAL_NETWORK, "lo")
+    own = profile(
+        '[launch]\nmode = "mpiexec"\n[environment]\nvars = { UCX_NET_DEVICES = "eth1" }\n'
+    )
+    assert plan(own).engine_env["UCX_NET_DEVICES"] == "eth1"
+    assert plan(own).engine_env["FI_TCP_IFACE"] == "lo"
+    named = profile('[launch]\nmode = "mpiexec"\n[network]\ninterface = "ib0"\n')
+    assert not set(LOCAL_NETWORK) & set(plan(named, interfaces={"ib0": "10.0.0.5"}).engine_env)
+    assert not set(LOCAL_NETWORK) & set(plan(env=ALLOC).engine_env)  # srun
 
 
 def test_inside_an_allocation_auto_plans_srun_with_plugin_cpus_and_a_named_step():

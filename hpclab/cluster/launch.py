@@ -34,6 +34,14 @@ from hpclab.core.errors import ConfigError, LabError
 # is ready at the first beat after it registers, and one that misses 10 beats is declared dead.
 HEARTBEAT_MS = 1000
 LOCAL_REGISTRATION_S = 90  # mode mpiexec: engines on this machine register within this
+LOOPBACK = "lo" if sys.platform.startswith("linux") else ""  # the loopback interface's name
+#: A local lab's MPI layer listens on loopback only (else on the host's external address, open
+#: to every host that reaches it): MPICH's ch4 netmods are UCX (UCX_NET_DEVICES, UCX's
+#: configuration) and libfabric (FI_TCP_IFACE and FI_SOCKETS_IFACE, fi_tcp(7), fi_sockets(7));
+#: ranks on one host talk through shared memory either way. Hydra's own control port cannot
+#: follow: it binds every interface whatever the options (`-iface` and `-localhost` only change
+#: the address it advertises; HYDU_sock_listen in MPICH's src/pm/hydra/lib/utils/sock.c).
+LOCAL_NETWORK = ("UCX_NET_DEVICES", "FI_TCP_IFACE", "FI_SOCKETS_IFACE")
 
 
 @dataclass(frozen=True)
@@ -221,12 +229,14 @@ def plan_launch(
             "allocation (SLURM_JOB_ID is not set); start the kernel inside one (salloc, sbatch, "
             "a JupyterHub job) or use a profile with launch.mode = 'sbatch'."
         )
+    local_only = mode == "mpiexec" and nodes <= 1 and not profile.network.interface
     engine_env = {
         "TF_CPP_MIN_LOG_LEVEL": "2",
         "OMP_NUM_THREADS": str(threads),
         "PYTHONUNBUFFERED": "1",
+        **(dict.fromkeys(LOCAL_NETWORK, LOOPBACK) if local_only and LOOPBACK else {}),
         **(horovod or {}),
-        **profile.environment.vars,
+        **profile.environment.vars,  # a profile's own network settings win
     }
     job_name = f"hpclab-{cluster_id}"
     engine_cmd = ()
