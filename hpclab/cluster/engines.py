@@ -83,18 +83,30 @@ class EngineSet:
         import ipyparallel as ipp
 
         plan = self.plan
-        Path(plan.state_dir).mkdir(mode=0o700, parents=True, exist_ok=True)
-        os.chmod(plan.state_dir, 0o700)  # connection info carries the cluster's HMAC key
-        self.cluster = ipp.Cluster(
-            config=plan.ipp_config(),
-            log_level=logging.ERROR,  # our own errors say what to do
-            **plan.cluster_kwargs(),
-        )
+        try:
+            Path(plan.state_dir).mkdir(mode=0o700, parents=True, exist_ok=True)
+            os.chmod(plan.state_dir, 0o700)  # connection info carries the cluster's HMAC key
+        except OSError as exc:
+            raise LabError(
+                f"the lab's state folder {plan.state_dir} could not be made private "
+                f"({exc.strerror or exc}); set paths.state in the profile to a folder you own."
+            ) from None
+        # before the first process: a client killed at any moment of the start (a kernel
+        # restarted, a queued job) leaves nothing behind (hpclab.cluster.reaper)
+        self._reaper = _start_reaper(plan)
+        step = "starting the ipyparallel controller"  # what a raw OSError/RuntimeError meant
         t0 = time.perf_counter()
         try:
+            self.cluster = ipp.Cluster(
+                config=plan.ipp_config(),
+                log_level=logging.ERROR,  # our own errors say what to do
+                **plan.cluster_kwargs(),
+            )
             self.cluster.start_controller_sync()
             self.phases["controller_s"] = time.perf_counter() - t0
+            step = f"starting the engines ({plan.mode})"
             self.cluster.start_engines_sync(plan.workers)
+            step = "waiting for the engines"
             self._engine_set = self.cluster.engine_set
             if plan.mode == "sbatch":
                 self.job_id = self._engine_set.job_id
@@ -106,7 +118,6 @@ class EngineSet:
             self._wait_for_registration()
             self.phases["engines_s"] = time.perf_counter() - t1
             self._local = _process_tree(self.cluster.controller, self._engine_set)
-            self._reaper = _start_reaper(self._local, self.job_id if plan.mode == "sbatch" else "")
         except _ControllerSilent as exc:
             self.failed = True
             output = self.output()
@@ -143,6 +154,15 @@ class EngineSet:
             raise LabError(
                 f"{shlex.join(exc.cmd)} failed (exit {exc.returncode}): {(said or '').strip()[-1000:]}; "
                 f"check the profile's slurm settings with `hpclab doctor --profile {plan.profile}`."
+            ) from None
+        except (OSError, RuntimeError) as exc:  # a launcher missing, a controller that died
+            self.failed = True
+            output = self.output()
+            self.stop()
+            raise LabError(
+                f"{step} failed ({type(exc).__name__}: {exc}); check that `hpclab doctor` "
+                f"passes for profile {plan.profile!r}."
+                + (f"\nthe launcher said:\n{output[-2000:]}" if output else "")
             ) from None
         except BaseException:  # LabError from the queue phase, Ctrl-C: leave nothing running
             self.failed = True
@@ -319,15 +339,18 @@ def _process_tree(*launchers) -> list:
     return found
 
 
-def _start_reaper(processes: list, scancel: str):
-    """hpclab.cluster.reaper for `processes`, on behalf of this process (None if it cannot start)."""
-    import psutil
-
+def _start_reaper(plan: LaunchPlan):
+    """hpclab.cluster.reaper for the lab `plan` starts, on behalf of this process: every process
+    ipyparallel launches for it and, mode sbatch, its job by name (None if it cannot start)."""
     from hpclab.cluster import reaper
 
     try:
-        return reaper.start(psutil.Process(), processes, scancel)
-    except (OSError, psutil.Error) as exc:
+        return reaper.start(
+            os.getpid(),
+            lab_id=plan.cluster_id,
+            slurm_name=plan.job_name if plan.mode == "sbatch" else "",
+        )
+    except OSError as exc:
         log.warning(
             "no reaper for the engines (%r): if this process is killed, stop them by hand", exc
         )

@@ -143,9 +143,9 @@ class Lab:
         )
 
     def start(self) -> None:
-        """Start the controller and `workers` MPI engines, then Horovod on each; check the world."""
-        from hpclab.rank import engine
-
+        """Start the controller and `workers` MPI engines, then Horovod on each; check the world.
+        Interrupted (Ctrl-C) at any moment, it stops what it started and raises
+        KeyboardInterrupt."""
         if self._engines is not None:
             return
         t0 = time.perf_counter()
@@ -154,6 +154,15 @@ class Lab:
         for note in plan.notes:
             log.info("launch plan: %s", note)
         self._engines = EngineSet(plan, on_status=self._say)
+        try:
+            self._start_engines(t0)
+        except KeyboardInterrupt:  # Ctrl-C at any moment of the start: leave nothing running
+            self.stop()
+            raise
+
+    def _start_engines(self, t0: float) -> None:
+        from hpclab.rank import engine
+
         self.client = self._engines.start()  # raises LabError and leaves nothing running
         self.plan = plan = self._engines.plan  # a second controller has a plan of its own
         _stop_forgotten_labs_first()  # ipyparallel has registered its exit hook by now
@@ -209,6 +218,8 @@ class Lab:
                 self.current_run.stop(timeout=5)
             except Exception as exc:  # noqa: BLE001 — the engines must go even if the record can't
                 log.warning("stopping the run reported %r; stopping the engines anyway", exc)
+        if self.current_run is not None:  # still setting up: it ends with the engines, 'stopped'
+            self.current_run.end_with_lab()
         engines, self._engines = self._engines, None
         self.client = self.view = None
         if engines is not None:

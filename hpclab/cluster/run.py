@@ -28,7 +28,8 @@ from hpclab.rank.heartbeat import KEY as HEARTBEAT
 from hpclab.records.store import RunRecord, RunStore
 
 POLL_S = 0.2
-STOP_GRACE_S = 10.0  # after a STOP request to a training run, how long before the last-resort abort
+STOP_GRACE_S = 10.0  # after a STOP request to a training run, how long before the last-resort
+# abort, on top of two of its longest calls (stop_grace_s)
 SETUP_GRACE_S = 180.0  # the same while ranks still set up (data generation, first trace), or
 # after rank 0 said the ranks left the loop (they are only finishing up)
 PEER_GRACE_S = 5.0  # a rank raised while others still run: they are blocked in an allreduce
@@ -75,6 +76,9 @@ class Run:
         self._unstoppable: str | None = None  # why a stop request could not reach the ranks
         self._training_seen = False  # rank 0 has published from inside the training loop
         self._loop_left = False  # rank 0 published a final state: every rank left it
+        self._first_window_s = 0.0  # rank 0's seconds to its first history row (stop grace)
+        self._longest_gap_s = 0.0  # the longest stretch between two history rows (stop grace)
+        self._completing = False  # one outcome only: the monitor's or the lab's (end_with_lab)
         self._thread = threading.Thread(
             target=self._monitor, name=f"hpclab-run-{self.run_id}", daemon=True
         )
@@ -126,6 +130,15 @@ class Run:
             self._unstoppable = f"the stop request could not be written ({exc})"
         self._done.wait(timeout)
 
+    def end_with_lab(self) -> None:
+        """The lab stops its engines under this run, which has not ended (its ranks still set
+        up, or did not stop within Lab.stop's wait): record it as 'stopped', saying so."""
+        if self.done:
+            return
+        doing = "training" if self._training_seen else "setting up"
+        message = f"the lab was stopped while the ranks were {doing}; they ended with the engines"
+        self._complete("stopped", message, {"status": "stopped", "world_size": self.workers})
+
     def on_update(self, callback: Callable[[Run], None]) -> None:
         """Call `callback(run)` from the monitor thread after new rows and once at the end."""
         self._callbacks.append(callback)
@@ -151,7 +164,7 @@ class Run:
     # -- monitor thread ---------------------------------------------------------------------
     def _monitor(self) -> None:
         try:
-            while True:
+            while not self.done:  # (end_with_lab ends the run from the lab's thread)
                 self._take_telemetry()
                 finished = [r.ready() for r in self._results]
                 if all(finished):
@@ -165,7 +178,7 @@ class Run:
                     self._fail(f"{self._unstoppable}; every rank was ended", engines_lost=True)
                     return
                 in_loop = self._training_seen and not self._loop_left
-                grace = STOP_GRACE_S if in_loop else SETUP_GRACE_S
+                grace = self.stop_grace_s if in_loop else SETUP_GRACE_S
                 if (
                     self._stop_requested_at is not None
                     and time.time() - self._stop_requested_at > grace
@@ -183,6 +196,18 @@ class Run:
             # nobody would watch the ranks any more: end them rather than let them train on
             self._fail(f"the run monitor failed: {exc!r}", engines_lost=True)
 
+    @property
+    def stop_grace_s(self) -> float:
+        """How long the ranks of a training run get to stop before the last-resort abort.
+
+        Rank 0 reads a stop request before a compiled call and the call's closing allreduce
+        tells every rank, so the ranks leave the loop after at most the rest of the running
+        call and one more: two calls. History rows end only between calls, so the longest
+        stretch between two rows bounds a call from above (the first row, which also holds the
+        graph's optimisation, only while it is the only one). Hence STOP_GRACE_S plus two of
+        those: a run whose calls take 8 s keeps its engines on a stop."""
+        return STOP_GRACE_S + 2.0 * (self._longest_gap_s or self._first_window_s)
+
     def _take_telemetry(self) -> None:
         data = self._results[0].data or {}
         payload = data.get("hpclab")
@@ -196,6 +221,7 @@ class Run:
         with self._lock:
             last = self._rows[-1]["step"] if self._rows else -1
             new_rows = [r for r in rows if r["step"] > last]
+            self._measure_windows(new_rows)
             new_epochs = epochs[len(self._epochs) :]
             self._rows.extend(new_rows)
             self._epochs.extend(new_epochs)
@@ -205,6 +231,17 @@ class Run:
             self._write("epoch rows", lambda: self._store.append_epochs(new_epochs))
         if new_rows or new_epochs:
             self._notify()
+
+    def _measure_windows(self, new_rows: list[dict]) -> None:
+        """The first row's stretch (since the loop began) and the longest between two rows, on
+        rank 0's clock (`time_s`); called before `new_rows` join the history."""
+        times = [r.get("time_s") for r in self._rows[-1:] + new_rows]
+        if not times or None in times:
+            return
+        if not self._rows:
+            self._first_window_s = float(times[0])
+        for earlier, later in zip(times, times[1:]):
+            self._longest_gap_s = max(self._longest_gap_s, float(later - earlier))
 
     def _fill_gaps(self, rows: list[dict]) -> None:
         """Rank 0 returns every row at the end; live messages carry only the latest ones, so a
@@ -376,6 +413,10 @@ class Run:
         )
 
     def _complete(self, status: str, error: str | None, summary: dict) -> None:
+        with self._lock:  # one outcome: the monitor's, or the lab's (end_with_lab), not both
+            if self._completing:
+                return
+            self._completing = True
         summary = {
             **summary,
             "run_id": self.run_id,

@@ -125,7 +125,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     The user's mistakes — a bad value (ConfigError), a missing file or run folder
     (FileNotFoundError), an unreadable run file named on the command line (RecordError), engines
-    that cannot start (LabError) — end as one sentence on stderr and
+    that cannot start (LabError), a folder it cannot write (OSError) — end as one sentence on
+    stderr and
     exit status 2; a run that failed (RunFailed) as one sentence and status 1. Anything else is a
     bug in hpclab and keeps its traceback.
     """
@@ -143,6 +144,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RunFailed as exc:
         say(f"hpclab {args.command}: {_sentence(exc)}")
         return EXIT_CODES["failed"]
+    except OSError as exc:  # a folder not writable, a full disk: the file and the reason
+        say(f"hpclab {args.command}: {_sentence(exc)}")
+        return EXIT_CODES["usage"]
     except KeyboardInterrupt:  # e.g. during engine start-up; runs handle Ctrl-C themselves
         say(f"\nhpclab {args.command}: interrupted.")
         return EXIT_CODES["interrupted"]
@@ -177,6 +181,8 @@ def _sentence(exc: BaseException) -> str:
     text = str(exc).strip() or type(exc).__name__
     if isinstance(exc, FileNotFoundError) and exc.filename and not str(exc.args[0]).endswith("."):
         text = f"{exc.filename} does not exist."
+    elif isinstance(exc, OSError) and exc.filename and exc.strerror:
+        text = f"{exc.filename}: {exc.strerror.lower()}."
     return text
 
 
