@@ -56,22 +56,24 @@ def test_default_run_learns_and_ranks_agree(lab):
     assert summary["world_size"] == 2 and summary["global_batch"] == 128
     assert summary["lr"] == pytest.approx(0.05 * 128 / 64)
     # The optimizer itself took every step and ended on the table's last LR.
-    assert summary["optimizer_steps"] == summary["steps"] == cfg.total_steps(2)
-    assert summary["optimizer_last_lr"] == pytest.approx(cfg.lr_at(summary["steps"] - 1, 2))
+    assert summary["optimizer_steps"] == summary["steps"] == cfg.for_workers(2).total_steps
+    assert summary["optimizer_last_lr"] == pytest.approx(
+        cfg.for_workers(2).lr_at(summary["steps"] - 1)
+    )
     assert summary["samples_per_sec"] > 0 and len(summary["rank_samples_per_sec"]) == 2
     assert math.isfinite(summary["noise_scale"])
     assert list(run.epochs["epoch"]) == [1, 2, 3, 4, 5, 6]
 
     # The LR the ranks used ramps per step during warm-up exactly as RunConfig says.
-    warm = cfg.warmup_steps(2)
+    warm = cfg.for_workers(2).warmup_steps
     rows = run.history
     assert rows["step"].is_monotonic_increasing
     for step, lr in zip(rows["step"], rows["lr"]):
-        assert lr == pytest.approx(cfg.lr_at(step - 1, 2), rel=1e-6)
+        assert lr == pytest.approx(cfg.for_workers(2).lr_at(step - 1), rel=1e-6)
     assert (rows["step"] < warm).any(), "no row fell inside warm-up; cannot check the ramp"
 
     # Held-out evaluations every eval_interval steps (auto: 40 a run) and at the last step.
-    every, total = cfg.eval_interval(2), cfg.total_steps(2)
+    every, total = cfg.for_workers(2).eval_every, cfg.for_workers(2).total_steps
     evaluated = rows[rows["eval_accuracy"].notna()]
     expected_steps = sorted({*range(every, total + 1, every), total})
     assert list(evaluated["step"]) == expected_steps and 38 <= len(expected_steps) <= 41
@@ -179,7 +181,7 @@ def test_stop_ends_every_rank_within_two_seconds(lab):
     assert run.done and run.status == "stopped"
     print(f"stop latency {latency:.2f} s")
     assert latency < 2.0, f"stop took {latency:.2f} s"
-    assert run.summary["steps"] < RunConfig(num_samples=8000, epochs=200).total_steps(2)
+    assert run.summary["steps"] < RunConfig(num_samples=8000, epochs=200).for_workers(2).total_steps
     rec = load_run(run.path)
     assert rec.summary["status"] == "stopped" and len(rec.history) > 0
     assert not (run.path / "STOP").exists()
@@ -202,7 +204,7 @@ def test_nan_loss_ends_the_run_as_diverged(lab):
     with pytest.raises(RunFailed, match="NaN or infinite"):
         run.wait(timeout=300)
     assert run.status == "diverged"
-    assert run.summary["steps"] < cfg.total_steps(2)
+    assert run.summary["steps"] < cfg.for_workers(2).total_steps
     assert load_run(run.path).summary["status"] == "diverged"
     assert lab.healthy
 

@@ -223,13 +223,12 @@ def test_table_schedule_equals_run_config_lr_at():
         lr_schedule="cosine",
     )
     workers = 2
-    sched = TableSchedule.for_run(cfg.to_dict(), workers)
-    total, warm = cfg.for_workers(workers).total_steps, cfg.for_workers(workers).warmup_steps
+    plan = cfg.for_workers(workers)
+    sched = TableSchedule(plan.lr_table())
+    total, warm = plan.total_steps, plan.warmup_steps
     assert warm == 25 and total == 75
     for step in (0, 1, 7, warm - 1, warm, warm + 1, 50, total - 1):
-        assert float(sched(step)) == pytest.approx(
-            cfg.for_workers(workers).lr_at(step), rel=1e-6, abs=1e-7
-        )
+        assert float(sched(step)) == pytest.approx(plan.lr_at(step), rel=1e-6, abs=1e-7)
     assert float(sched(0)) == pytest.approx(0.1)  # warm-up starts at base_lr
     assert float(sched(total + 100)) == float(sched(total - 1))  # clamped past the end
     assert float(sched(tf.constant(3, tf.int64))) == pytest.approx(

@@ -121,7 +121,7 @@ def test_sdc_settings_are_validated_before_any_engine_starts():
         RunConfig(sdc_target="activations", precision="mixed_bfloat16")
     cfg = RunConfig(sdc_target="weights", sdc_rank=2, epochs=1)
     with pytest.raises(ConfigError, match=r"sdc_rank must be a rank of this 2-worker run"):
-        cfg.derived(2)
-    assert cfg.derived(3)["workers"] == 3
+        cfg.for_workers(2).derived()
+    assert cfg.for_workers(3).derived()["workers"] == 3
     with pytest.raises(ConfigError, match=r"sdc_step must be a step of this run \(0 to 7\)"):
-        RunConfig(sdc_target="weights", sdc_step=8, max_steps=8).derived(2)
+        RunConfig(sdc_target="weights", sdc_step=8, max_steps=8).for_workers(2).derived()

@@ -163,8 +163,8 @@ def test_uneven_batch_shares_load_the_bigger_rank_and_keep_the_global_batch(lab)
     128), so rank 1 waits in the allreduce and load balance drops; each rank's own throughput
     counts its own batch, and the weighted gradients still train a usable model."""
     skewed = RunConfig(**{**BASE, "epochs": LONG}, batch_skew=90)
-    assert skewed.local_batches(2) == [122, 6]
-    run, summary = _until_steady(lab, skewed, min_steps=2 * skewed.steps_per_epoch(2))
+    assert skewed.for_workers(2).local_batches == (122, 6)
+    run, summary = _until_steady(lab, skewed, min_steps=2 * skewed.for_workers(2).steps_per_epoch)
     split = summary["time_split"]
     compute = split["rank_compute_ms"]
     assert compute[0] > 1.5 * compute[1], split  # 20x the samples; fixed costs of a step remain
@@ -181,7 +181,7 @@ def test_uneven_batches_where_one_rank_has_the_mean_batch_still_train_together(l
     rank must still build the same graph (Horovod names an allreduce after its tensors): a rank
     that skipped the weighting because its share is 1 left the others waiting forever."""
     cfg = RunConfig(epochs=1, eval_samples=0, batch_skew=1)
-    assert cfg.local_batches(3) == [65, 64, 63]
+    assert cfg.for_workers(3).local_batches == (65, 64, 63)
     lab.restart(workers=3)
     try:
         run = lab.run(cfg)

@@ -341,7 +341,7 @@ class Lab:
         )
         results = [
             self.client[eid].apply_async(
-                engine.train, cfg.to_dict(), str(store.path), str(self.data_dir)
+                engine.train, cfg.to_dict(), plan.to_dict(), str(store.path), str(self.data_dir)
             )
             for eid in self._engine_ids
         ]

@@ -287,7 +287,7 @@ def shard(
     x: np.ndarray, y: np.ndarray, rank: int, world: int, batches: list[int] | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """Rank `rank`'s contiguous slice of `world` equal parts (the remainder is dropped); with
-    `batches` (each rank's batch, ``RunConfig.local_batches``), parts in proportion to them.
+    `batches` (each rank's batch, ``RunPlan.local_batches``), parts in proportion to them.
 
     Every rank gets enough samples for the same number of steps (a rank with one extra batch
     would wait forever in an allreduce). The slices are views, not copies.

@@ -132,13 +132,14 @@ def evaluate(model, x: tf.Tensor, y: tf.Tensor, batch: int) -> tf.Tensor:
     return sums
 
 
-def for_rank(cfg, arrays, rank: int, world: int):
-    """This rank's training input for run ``cfg``: a :class:`ResidentShard` of ``arrays``
+def for_rank(cfg, plan, arrays, rank: int):
+    """This rank's training input for run ``cfg`` planned as ``plan`` (a
+    :class:`hpclab.core.plan.RunPlan`): a :class:`ResidentShard` of ``arrays``
     (hpclab.rank.data.Arrays), or the synthetic batch. A ValueError if the shard holds fewer
     steps than an epoch of the catalogue's size needs (a truncated staged file)."""
     from hpclab.rank import data
 
-    batches = cfg.local_batches(world)  # each rank's batch (batch_skew)
+    batches, world = list(plan.local_batches), plan.workers  # (uneven under batch_skew)
     B = batches[rank]
     if cfg.dataset == "synthetic":
         return SyntheticBatch(
@@ -158,7 +159,7 @@ def for_rank(cfg, arrays, rank: int, world: int):
         x, y, batch=B, seed=cfg.seed, rank=rank,
         augment=cfg.augment, augment_cost=cfg.augment_cost, deal=world if dealt else 0,
     )  # fmt: skip
-    needed = cfg.steps_per_epoch(world)
+    needed = plan.steps_per_epoch
     if shard.steps_per_epoch < needed:
         raise ValueError(
             f"{cfg.dataset}: this rank holds {shard.n} training samples, enough for "

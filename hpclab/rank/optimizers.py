@@ -10,7 +10,7 @@
   Reference math: :func:`hpclab.core.scaling.lamb_update_reference`.
 * ``TableSchedule`` — the learning rate for step *s* looked up in the table that
   :func:`hpclab.core.scaling.lr_schedule_array` computes, so the LR a run uses is exactly
-  ``RunConfig.lr_at(s, workers)`` (warm-up per step, Goyal et al. 2017).
+  ``RunPlan.lr_at(s)`` (warm-up per step, Goyal et al. 2017).
 * ``build_optimizer(cfg, learning_rate)`` — the optimizer a :class:`~hpclab.core.config.RunConfig` asks
   for, wrapped in a dynamic ``LossScaleOptimizer`` for ``mixed_float16``.
 * ``set_precision(precision)`` — the global Keras mixed-precision policy.
@@ -38,7 +38,6 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import tensorflow as tf
 
-from hpclab.core import scaling
 from hpclab.core.catalog import PRECISIONS
 
 # Variables whose name contains one of these substrings skip weight decay and the trust ratio
@@ -267,8 +266,8 @@ class LAMB(_LayerwiseOptimizer):
 class TableSchedule(tf.keras.optimizers.schedules.LearningRateSchedule):
     """LR for optimizer step ``s`` (0-based) = ``table[min(s, len(table) - 1)]``.
 
-    The table is :func:`hpclab.core.scaling.lr_schedule_array` — the same numbers as
-    ``RunConfig.lr_at(step, workers)``; steps past the end keep the last value. Keras passes
+    The table is :meth:`hpclab.core.plan.RunPlan.lr_table` — the same numbers as
+    ``RunPlan.lr_at(step)``; steps past the end keep the last value. Keras passes
     ``optimizer.iterations`` (the number of updates already applied) as ``step``, and the
     mixed-float16 ``LossScaleOptimizer`` counts skipped (non-finite) steps too, so the table stays
     aligned with the engine's step counter.
@@ -281,25 +280,6 @@ class TableSchedule(tf.keras.optimizers.schedules.LearningRateSchedule):
             raise ValueError("TableSchedule needs at least one learning rate; the table is empty.")
         self.table = values
         self.name = name
-
-    @classmethod
-    def for_run(cls, cfg: dict, workers: int) -> TableSchedule:
-        """The schedule of a run: ``cfg`` is ``RunConfig.to_dict()``, ``workers`` the world size."""
-        from hpclab.core.config import (
-            RunConfig,  # no TF there; local import keeps the module graph flat
-        )
-
-        rc = RunConfig.from_dict(cfg)
-        total = rc.total_steps(workers)
-        start = rc.warmup_start_lr(workers)
-        table = scaling.lr_schedule_array(
-            total,
-            start_lr=rc.peak_lr(workers) if start is None else start,
-            peak_lr=rc.peak_lr(workers),
-            warmup_steps=rc.warmup_steps(workers),
-            schedule=rc.lr_schedule,
-        )
-        return cls(table)
 
     def __call__(self, step):
         with tf.name_scope(self.name):

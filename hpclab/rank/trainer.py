@@ -22,6 +22,7 @@ from hpclab.core.catalog import MAX_ROLLBACKS, MAX_STEPS_PER_CALL
 from hpclab.core.config import RunConfig
 from hpclab.core.health import judge
 from hpclab.core.metrics import NoiseScale
+from hpclab.core.plan import RunPlan
 from hpclab.rank.compiled_call import CompiledCall
 from hpclab.rank.meters import (
     CallSizer,
@@ -67,9 +68,10 @@ class LoopMeters:
 class Trainer:
     """Set up by :meth:`setup`, trained by :meth:`run`; kept alive by the engine between runs."""
 
-    def __init__(self, cfg_dict: dict, run_dir: Path, data_dir: Path):
+    def __init__(self, cfg_dict: dict, plan_dict: dict, run_dir: Path, data_dir: Path):
         self.cfg = RunConfig.from_dict(cfg_dict)
         self.cfg_dict = self.cfg.to_dict()
+        self.plan = RunPlan.from_dict(plan_dict)  # computed once, on the client
         self.run_dir, self.data_dir = run_dir, data_dir
         self.stop_file = run_dir / "STOP"
 
@@ -84,13 +86,17 @@ class Trainer:
         cfg = self.cfg
         self.tf, self.hvd, self.np = tf, hvd, np
         self.rank, self.world = hvd.rank(), hvd.size()
+        if self.plan.workers != self.world:
+            raise ValueError(
+                f"the run was planned for {self.plan.workers} ranks and this world has "
+                f"{self.world}; plan it with cfg.for_workers({self.world})"
+            )
         tf.keras.backend.clear_session()
         tf.keras.utils.set_random_seed(cfg.seed)
         optimizers.set_precision(cfg.precision)
-        self.steps_per_epoch = cfg.steps_per_epoch(self.world)
-        self.total_steps = cfg.total_steps(self.world)
-        self.batches = cfg.local_batches(self.world)  # each rank's batch (batch_skew)
-        self.local_batch = self.batches[self.rank]
+        self.steps_per_epoch = self.plan.steps_per_epoch
+        self.total_steps = self.plan.total_steps
+        self.local_batch = self.plan.local_batches[self.rank]  # (uneven under batch_skew)
         self._build_data()
         self._build_model()
         self._build_step()
@@ -125,7 +131,7 @@ class Trainer:
         self.num_classes, self.input_shape = arrays.num_classes, arrays.input_shape
         if cfg.dataset == "synthetic":
             self.num_classes = cfg.synthetic_classes
-        self.train_input = feed.for_rank(cfg, arrays, self.rank, self.world)  # batches, in graph
+        self.train_input = feed.for_rank(cfg, self.plan, arrays, self.rank)  # batches, in graph
         self.val_arrays = (arrays.x_val, arrays.y_val)
 
     def _build_model(self) -> None:
@@ -144,9 +150,9 @@ class Trainer:
                 batch=cfg.batch_per_worker,
                 mode=cfg.validation,
             )
-        self.eval_every = cfg.eval_interval(self.world) if self.val is not None else 0
-        schedule = self.schedule = optimizers.TableSchedule.for_run(self.cfg_dict, self.world)
-        self.lr_table = schedule.table  # the same numbers as RunConfig.lr_at(step, world)
+        self.eval_every = self.plan.eval_every if self.val is not None else 0
+        schedule = self.schedule = optimizers.TableSchedule(self.plan.lr_table())
+        self.lr_table = schedule.table  # the same numbers as RunPlan.lr_at(step)
         self.optimizer = optimizers.build_optimizer(self.cfg_dict, schedule)
 
     def _build_step(self) -> None:
@@ -162,7 +168,7 @@ class Trainer:
             optimizer=self.optimizer,
             world=self.world,
             rank=self.rank,
-            share=self.local_batch * self.world / cfg.global_batch(self.world),
+            share=self.local_batch * self.world / self.plan.global_batch,
             fault=fault,
         )
         self.grad_elems = float(sum(v.shape.num_elements() for v in self.model.trainable_variables))
@@ -352,9 +358,9 @@ class Trainer:
                 status,
                 error,
                 m.epochs.rows[-1] if m.epochs.rows else None,
-                warmup_steps=cfg.warmup_steps(world),
+                warmup_steps=self.plan.warmup_steps,
                 num_classes=self.num_classes,
-                peak_lr=cfg.peak_lr(world),
+                peak_lr=self.plan.peak_lr,
             )
         m.publisher.publish(status, step, time.perf_counter())  # every rank left the loop
         m.timeline.after_call(step, last=True)
@@ -390,8 +396,8 @@ class Trainer:
             "world_size": world,
             "steps": step,
             "epochs_done": step / self.steps_per_epoch,
-            "global_batch": cfg.global_batch(world),
-            "lr": cfg.peak_lr(world),
+            "global_batch": self.plan.global_batch,
+            "lr": self.plan.peak_lr,
             "precision": cfg.precision,
             "val_accuracy": last_epoch.get("val_accuracy"),
             "val_loss": last_epoch.get("val_loss"),

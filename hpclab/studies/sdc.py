@@ -71,16 +71,22 @@ def monte_carlo(
         raise ConfigError(
             "monte_carlo judges trials on held-out data: eval_samples > 0, real data."
         )
-    per_epoch = cfg.for_workers(lab.workers).steps_per_epoch  # (checks cfg fits the lab)
-    if steps > per_epoch:
-        raise ConfigError(f"steps must be at most an epoch ({per_epoch}).")
+    run_plan = cfg.for_workers(lab.workers)  # (checks cfg fits the lab)
+    if steps > run_plan.steps_per_epoch:
+        raise ConfigError(f"steps must be at most an epoch ({run_plan.steps_per_epoch}).")
     lab.ready_for(cfg)  # (engines with the process sets of a hybrid study, say)
     record = Path(lab.runs_dir) / ".sdc"
     record.mkdir(mode=0o700, exist_ok=True)
     plan = {"bits": bits, "trials": trials, "steps": steps, "rank": rank, "layers": layers,
             "seed": seed}  # fmt: skip
     outs = lab.apply(
-        sdc_trials.run, cfg.to_dict(), str(record), str(lab.data_dir), plan, timeout=TIMEOUT_S
+        sdc_trials.run,
+        cfg.to_dict(),
+        run_plan.to_dict(),
+        str(record),
+        str(lab.data_dir),
+        plan,
+        timeout=TIMEOUT_S,
     )
     out = outs[rank]  # (the flipping rank knows the values it flipped; the rest is global)
     if out["clean"] is None:

@@ -20,15 +20,16 @@ from pathlib import Path
 import numpy as np
 
 
-def run(cfg_dict: dict, run_dir: str, data_dir: str, plan: dict) -> dict:
-    """Train ``cfg_dict``, then the trials of ``plan`` (``bits``, ``trials`` per bit, ``steps``,
+def run(cfg_dict: dict, plan_dict: dict, run_dir: str, data_dir: str, plan: dict) -> dict:
+    """Train ``cfg_dict`` (planned as ``plan_dict``), then the trials of ``plan`` (``bits``,
+    ``trials`` per bit, ``steps``,
     ``rank``, ``layers`` or None for every layer with weights, ``seed``); rank 0's table."""
     from hpclab.core.config import RunConfig
     from hpclab.rank.features.sdc import Fault, assign_all, weighted_layers
     from hpclab.rank.meters import R, decisions
     from hpclab.rank.trainer import Trainer
 
-    trainer = Trainer(cfg_dict, Path(run_dir), Path(data_dir))
+    trainer = Trainer(cfg_dict, plan_dict, Path(run_dir), Path(data_dir))
     summary = trainer.run()
     warmup = {k: summary.get(k) for k in ("status", "error", "steps", "val_accuracy")}
     if summary["status"] != "finished" or trainer.val is None or trainer.val.sub is None:

@@ -1,7 +1,7 @@
 """The control panel: ipywidgets for every knob a workshop turns, wired to `Lab.run` and `Run.stop`.
 
 The panel owns widgets and nothing else. It turns widget values into a `RunConfig` in one place
-(:meth:`Panel.config_from_widgets`), shows the numbers `RunConfig.derived` computes (never its own
+(:meth:`Panel.config_from_widgets`), shows the numbers of the run plan (`RunPlan.derived`) (never its own
 math), starts runs with ``lab.run(cfg)``, stops them with ``run.stop()``, and hands each new run
 to a live :class:`hpclab.views.panel.live.Dashboard` with the earlier runs of this panel overlaid. It never
 touches ipyparallel and holds no training logic::
@@ -68,7 +68,7 @@ class Panel:
         self.base = base or presets.preset(preset)  # the knobs start here
         self.runs: list = []  # runs started from this panel, oldest first
         self.run = None  # the newest of them
-        self.derived: dict | None = None  # RunConfig.derived for the current knobs (None: invalid)
+        self.derived: dict | None = None  # RunPlan.derived() for the current knobs (None: invalid)
         self.config_error: str | None = None
         self._starting = False  # Run clicked, the lab is (re)starting or launching
         self._stopping = False

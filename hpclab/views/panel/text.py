@@ -1,6 +1,6 @@
 """What the control panel says: its status line and derived-number lines, as text and HTML.
 
-Pure functions of a run, a RunConfig and `RunConfig.derived`'s numbers (never the panel's own
+Pure functions of a run, a RunConfig and `RunPlan.derived`'s numbers (never the panel's own
 math); no ipywidgets here, so they test in microseconds. :mod:`hpclab.views.panel.panel` puts them on
 screen.
 """
