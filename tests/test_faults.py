@@ -170,7 +170,8 @@ def test_ctrl_c_during_lab_start_raises_keyboardinterrupt_and_leaves_nothing(tmp
 def test_a_stop_during_long_calls_ends_stopped_and_keeps_the_engines(tmp_path):
     """Calls of 8 steps of which rank 1 takes 0.8 s each: ~6.4 s a call. Stopped just as a call
     begins (a row just arrived), the ranks leave the loop after that call and the next one:
-    ~13 s, past the fixed 10 s grace this lab once had."""
+    ~13 s, past the fixed 10 s grace this lab once had. Then the lab is stopped under a run whose
+    ranks cannot stop within Lab.stop's 5 s: that run reads 'stopped', saying so."""
     from hpclab import Lab, RunConfig
 
     cfg = RunConfig(
@@ -199,6 +200,12 @@ def test_a_stop_during_long_calls_ends_stopped_and_keeps_the_engines(tmp_path):
         assert run.status == "stopped", run.error
         assert summary["status"] == "stopped"
         assert lab.healthy, lab.lost
+        # the lab stopped under a run that could not stop in time: stopped, not "rank … died"
+        setting_up = lab.run(cfg)
+        lab.stop()
+    assert setting_up.wait(timeout=10, check=False)["status"] == "stopped", setting_up.error
+    assert "the lab was stopped while the ranks were" in setting_up.error  # (setting up or
+    # in their first long calls: Lab.stop waits 5 s for a run's stop, less than two calls)
 
 
 def test_every_listening_socket_of_a_local_lab_binds_loopback(tmp_path):
