@@ -18,6 +18,7 @@ _LAZY = {  # name -> module: ipyparallel and plotly load only when used
     "find_mpiexec": "hpclab.cluster.host",
     "compare": "hpclab.views.charts.comparison",
     "write_report": "hpclab.views.charts.report",
+    "plan": "hpclab.studies.planner",
 }
 
 
@@ -44,4 +45,5 @@ __all__ = [
     "find_mpiexec",
     "compare",
     "write_report",
+    "plan",
 ]

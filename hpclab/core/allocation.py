@@ -155,6 +155,8 @@ def named_points(rows: Sequence[dict], front: Sequence[dict]) -> dict[str, dict]
 
 
 def _hours(seconds: float) -> str:
+    if seconds < 10:
+        return f"{seconds:.2g} s"
     if seconds < 120:
         return f"{seconds:.0f} s"
     if seconds < 2 * 3600:
@@ -300,9 +302,11 @@ def plan_allocation(
     workers: Sequence[int],
     batches: Sequence[int],
     target: str = "the target accuracy",
+    notes: Sequence[Assumption] = (),
 ) -> Allocation:
     """Every (workers, global batch) choice whose batch divides evenly over the workers, the
-    Pareto set of time vs GPU-hours, the named points, the assumptions and the paragraph."""
+    Pareto set of time vs GPU-hours, the named points, the assumptions (``notes``: more of them,
+    from whoever measured) and the paragraph."""
     rows = [evaluate(hardware, statistics, w, b) for w, b in _choices(workers, batches)]
     front = pareto_front(rows)
     front_ids = {(r["workers"], r["global_batch"]) for r in front}
@@ -318,7 +322,7 @@ def plan_allocation(
         rows=tuple(rows),
         pareto=tuple(front),
         named=named,
-        assumptions=tuple(assumptions(hardware, statistics, rows)),
+        assumptions=(*assumptions(hardware, statistics, rows), *notes),
         paragraph=paragraph(named, statistics, target, rows),
         target=target,
     )

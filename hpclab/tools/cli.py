@@ -14,6 +14,7 @@ Commands::
     hpclab report RUN_DIR... -o FILE   one self-contained HTML report of recorded runs
     hpclab runs                        a table of the recorded runs
     hpclab profiles [NAME]             cluster profiles; one's launch plan, hub snippet, job script
+    hpclab plan  [options]             time to target and GPU-hours at scale, from a short measurement
 
 Where each lives: this module (parser, ``main``, the one-sentence error path),
 :mod:`~hpclab.tools.cli_fields` (RunConfig fields as options: ``--batch-per-worker``,
@@ -45,7 +46,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from hpclab.core.errors import ConfigError, LabError, RecordError, RunFailed
-from hpclab.tools import cli_profiles, cli_run, doctor
+from hpclab.tools import cli_plan, cli_profiles, cli_run, doctor
 from hpclab.tools import cli_records as cli_runs
 from hpclab.tools.cli_progress import say
 from hpclab.tools.cli_run import EXIT_CODES
@@ -91,6 +92,11 @@ COMMANDS: dict[str, Command] = {
         help="list the cluster profiles, or show one with its launch plan, hub snippet, job script",
         configure=cli_profiles.configure,
         run=cli_profiles.run,
+    ),
+    "plan": Command(
+        help="plan an allocation: time to target and GPU-hours at scale from a short measurement",
+        configure=cli_plan.configure,
+        run=cli_plan.run,
     ),
 }
 

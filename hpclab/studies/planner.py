@@ -1,0 +1,414 @@
+"""`plan(lab)`: a few minutes of measurement on a Lab, the two models fitted to it, and the plan of
+an allocation (:mod:`hpclab.core.allocation`) — time to target and GPU-hours at scale.
+
+What is measured (:func:`measure`, about three minutes on 2 cores with the default model):
+
+* **communication**, on the lab's 2+ ranks: the bytes of the model's gradients
+  (:mod:`hpclab.rank.probes.gradient_size`), an allreduce size sweep (:mod:`comm_probe`) that
+  α and β are fitted to, and — held out of that fit — one grouped allreduce of tensors shaped like
+  the gradients;
+* **computation scalability**, on the same ranks: a forward/backward pass with one rank busy and
+  with all of them (:mod:`hpclab.rank.probes.compute_share`), never from a training run;
+* **the time split**, on one rank: short runs at a few local batches, each part of the step
+  (:mod:`hpclab.core.pop`) averaged over the run; compute and the rest are fitted affine in the
+  local batch;
+* **steps to target**, on one rank (steps to a target do not depend on how many ranks compute
+  the batch): a small grid of learning rates per global batch, each run stopped when its
+  held-out accuracy first reaches the target; each batch's best LR gives its steps, and
+  S(B) = S_min (1 + B_crit / B) is fitted to them (:mod:`hpclab.core.critical_batch`).
+
+Everything measured is a :class:`Measurements` (JSON: ``save``/``load``), so a plan can be
+remade from a recorded measurement without engines. A target cluster's network and per-device
+speed can be entered instead of this machine's (``network=``, ``device_samples_per_s=``); the
+plan lists which numbers were measured here, which were entered and which extrapolated.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics as stats
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from hpclab.core.allocation import Allocation, Assumption, plan_allocation
+from hpclab.core.config import RunConfig
+from hpclab.core.critical_batch import CriticalBatchFit, best_per_batch, fit_critical_batch
+from hpclab.core.errors import ConfigError, LabError
+from hpclab.core.hardware_model import (
+    REST_PARTS,
+    Affine,
+    HardwareModel,
+    Network,
+    fit_affine,
+    fit_link,
+)
+
+LOCAL_BATCHES = (16, 64, 256)  # the time split's local batches (rows of the affine fits)
+SPLIT_SAMPLES = 32_000  # samples one rank processes in each time-split run (~1-3 s here)
+SWEEP_BATCHES = (32, 64, 128, 256)  # global batches of the steps-to-target sweep
+LR_FACTORS = (1.0, 2.0, 4.0)  # × the square-root rule's LR at each batch: the per-batch grid
+TARGET = 0.8  # held-out accuracy the default model reaches at every sweep batch
+COMM_SIZES = tuple(2**k for k in range(10, 23, 2))  # 1 KiB .. 4 MiB: the α/β fit's sizes
+PLAN_WORKERS = (1, 2, 4, 8, 16, 32, 64)
+PLAN_BATCHES = (32, 64, 128, 256, 512, 1024, 2048)
+
+
+@dataclass
+class Measurements:
+    """What :func:`measure` measured, as plain JSON-able values."""
+
+    model: str
+    target: float
+    gradient: dict = field(default_factory=dict)  # bytes, tensors, parameters
+    comm: list[dict] = field(default_factory=list)  # bytes, seconds, ranks (the α/β fit)
+    gradient_allreduce: dict | None = None  # bytes, seconds, ranks: held out of the fit
+    compute_share: list[dict] = field(default_factory=list)  # local_batch, alone_s, together_s
+    splits: list[dict] = field(default_factory=list)  # workers, local_batch, step_ms, parts
+    sweep: list[dict] = field(default_factory=list)  # global_batch, lr, steps (None: missed)
+    b_simple: float | None = None
+    seconds: dict = field(default_factory=dict)  # how long each stage took
+
+    def save(self, path: str | Path) -> Path:
+        path = Path(path)
+        path.write_text(json.dumps(asdict(self), indent=1), encoding="utf-8")
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> Measurements:
+        return cls(**json.loads(Path(path).read_text(encoding="utf-8")))
+
+
+# ---------------------------------------------------------------------------------------------
+# measuring on a lab
+# ---------------------------------------------------------------------------------------------
+
+
+def _need_ranks(lab, at_least: int, what: str) -> None:
+    if lab.workers < at_least:
+        raise LabError(
+            f"{what} needs a lab of at least {at_least} ranks; this one has {lab.workers} "
+            f"(lab.restart(workers={at_least}))."
+        )
+
+
+def measure_comm(lab, cfg: RunConfig, m: Measurements, sizes=COMM_SIZES) -> None:
+    """The gradient bytes, the allreduce sweep and the held-out gradient allreduce (≥ 2 ranks)."""
+    from hpclab.rank.probes import gradient_size
+    from hpclab.studies import comm_probe
+
+    _need_ranks(lab, 2, "measuring communication")
+    d, data_dir = cfg.to_dict(), str(lab.data_dir)
+    m.gradient = lab.apply(gradient_size.gradient_layout, d, data_dir)[0]
+    frame = comm_probe.allreduce_sweep(lab, sizes=list(sizes), repeats=10)
+    m.comm = [
+        {"bytes": int(r["bytes"]), "seconds": r["ms"] / 1e3, "ranks": int(r["ranks"])}
+        for r in frame.to_dict("records")
+    ]
+    rows = lab.apply(gradient_size.gradient_allreduce_times, d, data_dir)
+    m.gradient_allreduce = {
+        "bytes": rows[0]["bytes"],
+        "ranks": rows[0]["ranks"],
+        "seconds": stats.median(r["seconds"] for r in rows),
+    }
+
+
+def measure_compute_share(lab, cfg: RunConfig, m: Measurements, local_batches=LOCAL_BATCHES):
+    """One rank's forward/backward alone and with every rank busy, per local batch."""
+    from hpclab.rank.probes import compute_share
+
+    _need_ranks(lab, 2, "measuring computation scalability")
+    d, data_dir = cfg.to_dict(), str(lab.data_dir)
+    everyone = list(range(lab.workers))
+    m.compute_share = []
+    for b in local_batches:
+        alone = lab.apply(compute_share.forward_backward_seconds, d, data_dir, b, [0])
+        both = lab.apply(compute_share.forward_backward_seconds, d, data_dir, b, everyone)
+        m.compute_share.append(
+            {
+                "local_batch": int(b),
+                "ranks": lab.workers,
+                "alone_s": alone[0]["seconds"],
+                "together_s": stats.median(r["seconds"] for r in both),
+            }
+        )
+
+
+def split_config(cfg: RunConfig, local_batch: int) -> RunConfig:
+    """A short timing run: no evaluation, no noise scale, ~SPLIT_SAMPLES samples per rank."""
+    steps = int(min(3000, max(60, SPLIT_SAMPLES // local_batch)))
+    return cfg.replace(
+        batch_per_worker=int(local_batch),
+        max_steps=steps,
+        eval_every=0,
+        noise_scale=False,
+        time_split=True,
+        name=f"planner: time split, local batch {local_batch}",
+    )
+
+
+def measure_splits(lab, cfg: RunConfig, local_batches=LOCAL_BATCHES) -> list[dict]:
+    """Short runs on the lab's ranks; each part of the step in ms (mean over ranks), the step,
+    and each rank's useful ms (for POP's load balance)."""
+    from hpclab.core.pop import USEFUL
+
+    out = []
+    for b in local_batches:
+        run = lab.run(split_config(cfg, b))
+        summary = run.wait()
+        split = summary.get("time_split") or {}
+        if not split:
+            raise LabError(f"the time-split run {run.run_id} recorded no time split.")
+        row = {"workers": lab.workers, "local_batch": int(b), "run_id": run.run_id}
+        row["step_ms"] = float(split["step_ms"])
+        for part in ("loop", "input", "compute", "allreduce", "apply", "sync", "host"):
+            row[f"{part}_ms"] = float(split[f"{part}_ms"])
+        per_rank = [split[f"rank_{p}_ms"] for p in USEFUL]
+        row["rank_useful_ms"] = [float(sum(v)) for v in zip(*per_rank, strict=True)]
+        out.append(row)
+    return out
+
+
+def sweep_lr(global_batch: int, factor: float, base_lr: float, base_batch: int) -> float:
+    """The grid's LR: ``factor`` × the square-root rule's LR at ``global_batch``."""
+    return round(factor * base_lr * math.sqrt(global_batch / base_batch), 6)
+
+
+def steps_to_reach(history, target: float) -> int | None:
+    """The first evaluated step whose held-out accuracy ≥ target (None if never)."""
+    if history is None or "eval_accuracy" not in history or "step" not in history:
+        return None
+    hit = history[history["eval_accuracy"].astype(float) >= target]
+    return int(hit["step"].iloc[0]) if len(hit) else None
+
+
+def _run_to_target(lab, cfg: RunConfig, target: float) -> tuple[int | None, str, str]:
+    """Run ``cfg`` until its held-out accuracy first reaches ``target`` (then stop it)."""
+    run = lab.run(cfg)
+    while not run.done:
+        if steps_to_reach(run.history, target) is not None:
+            run.stop()
+            break
+        time.sleep(0.2)
+    summary = run.wait(check=False)
+    return steps_to_reach(run.history, target), str(summary.get("status")), run.run_id
+
+
+def measure_sweep(
+    lab, cfg: RunConfig, batches=SWEEP_BATCHES, factors=LR_FACTORS, target: float = TARGET
+) -> list[dict]:
+    """Steps to ``target`` for each global batch and each LR of its grid, on the lab's ranks."""
+    rows = []
+    for batch in batches:
+        if batch % lab.workers:
+            raise ConfigError(
+                f"batches must divide evenly over the lab's {lab.workers} ranks; {batch} does not."
+            )
+        for factor in factors:
+            lr = sweep_lr(batch, factor, cfg.base_lr, cfg.base_batch)
+            run_cfg = cfg.replace(
+                batch_per_worker=batch // lab.workers,
+                base_lr=lr,
+                base_batch=batch,
+                lr_scaling="none",
+                eval_every=10,
+                noise_scale=False,
+                name=f"planner: steps to {target:g}, batch {batch}, lr {lr:g}",
+            )
+            steps, status, run_id = _run_to_target(lab, run_cfg, target)
+            rows.append(
+                {"global_batch": batch, "lr": lr, "steps": steps, "status": status,
+                 "run_id": run_id}
+            )  # fmt: skip
+    return rows
+
+
+def measure(
+    lab,
+    cfg: RunConfig | None = None,
+    *,
+    target: float = TARGET,
+    local_batches=LOCAL_BATCHES,
+    sweep_batches=SWEEP_BATCHES,
+    lr_factors=LR_FACTORS,
+) -> Measurements:
+    """The whole measurement on ``lab`` (≥ 2 ranks to start with; module doc). The lab is
+    restarted on one rank for the time split and the sweep, then back on its own size."""
+    cfg = cfg or RunConfig()
+    _need_ranks(lab, 2, "the planner's measurement")
+    m = Measurements(model=cfg.model, target=float(target))
+    size = lab.workers
+    t0 = time.monotonic()
+    measure_comm(lab, cfg, m)
+    measure_compute_share(lab, cfg, m, local_batches)
+    m.seconds["communication"] = time.monotonic() - t0
+    t0 = time.monotonic()
+    lab.restart(workers=1)
+    m.splits = measure_splits(lab, cfg, local_batches)
+    m.seconds["time split"] = time.monotonic() - t0
+    t0 = time.monotonic()
+    m.sweep = measure_sweep(lab, cfg, sweep_batches, lr_factors, target)
+    m.seconds["sweep"] = time.monotonic() - t0
+    lab.restart(workers=size)
+    return m
+
+
+# ---------------------------------------------------------------------------------------------
+# fitting
+# ---------------------------------------------------------------------------------------------
+
+
+def fit_hardware(
+    m: Measurements,
+    *,
+    network: Network | None = None,
+    device_samples_per_s: float | None = None,
+    load_balance: float | None = None,
+) -> HardwareModel:
+    """The hardware model from 1-rank time splits, the allreduce sweep and the compute probe.
+
+    ``network`` replaces this machine's (a target cluster's links, entered); with
+    ``device_samples_per_s`` the compute is a target device's rate instead of this CPU's, and no
+    computation slowdown is assumed (each rank has a device of its own)."""
+    ones = [s for s in m.splits if s["workers"] == 1]
+    if len({s["local_batch"] for s in ones}) < 2:
+        raise ConfigError(
+            "splits must hold 1-rank time splits at 2 or more local batches to fit compute; "
+            f"the measurement has {len(ones)}."
+        )
+    if not m.comm and network is None:
+        raise ConfigError("comm must hold an allreduce sweep, or enter a network (network=...).")
+    batches = [s["local_batch"] for s in ones]
+    compute = fit_affine(
+        batches, [s["compute_ms"] / 1e3 for s in ones], "measured: 1-rank time splits"
+    )
+    rest = fit_affine(
+        batches,
+        [max(sum(s[f"{p}_ms"] for p in REST_PARTS), 1e-6) / 1e3 for s in ones],
+        "measured: 1-rank time splits",
+    )
+    slowdown = 1.0
+    if m.compute_share:
+        ratios = [c["together_s"] / c["alone_s"] for c in m.compute_share if c["alone_s"]]
+        slowdown = max(1.0, stats.median(ratios)) if ratios else 1.0
+    if device_samples_per_s is not None:
+        compute = Affine.from_rate(device_samples_per_s, "entered: device rate")
+        slowdown = 1.0
+    if network is None:
+        ranks = m.comm[0]["ranks"]
+        link = fit_link(
+            [c["bytes"] for c in m.comm],
+            [c["seconds"] for c in m.comm],
+            ranks,
+            f"measured: allreduce sweep on {ranks} ranks",
+        )
+        network = Network(intra=link)
+    notes = {
+        "local_batches": batches,
+        "ranks_measured": sorted({1, *(c["ranks"] for c in m.comm)}),
+        "load_balance_source": "entered" if load_balance is not None else "entered",
+    }
+    return HardwareModel(
+        compute=compute,
+        rest=rest,
+        network=network,
+        gradient_bytes=float(m.gradient["bytes"]),
+        load_balance=1.0 if load_balance is None else load_balance,
+        compute_slowdown=slowdown,
+        notes=notes,
+    )
+
+
+def fit_statistics(m: Measurements) -> tuple[CriticalBatchFit, list]:
+    """S(B) fitted to each batch's best-LR steps to target; the best-LR rows beside it."""
+    best = best_per_batch((r["global_batch"], r["lr"], r["steps"]) for r in m.sweep)
+    if len(best) < 3:
+        raise ConfigError(
+            f"sweep must reach the target {m.target:g} at 3 or more batches to fit the "
+            f"critical batch; it did at {[b.batch for b in best]} (lower the target or train "
+            "longer)."
+        )
+    return fit_critical_batch([b.batch for b in best], [b.steps for b in best]), best
+
+
+def sweep_notes(best: list) -> list[Assumption]:
+    """What the LR grid leaves open: batches whose best LR sat at the grid's edge."""
+    edge = [f"{b.batch} (lr {b.lr:g})" for b in best if b.at_edge]
+    if not edge:
+        return [Assumption("measured here", "every batch's best LR lies inside its grid")]
+    return [
+        Assumption(
+            "extrapolated",
+            f"the best LR sat at the edge of its grid at batches {', '.join(edge)}: a wider "
+            "grid may find fewer steps there",
+        )
+    ]
+
+
+@dataclass
+class PlanResult:
+    """The plan and everything behind it."""
+
+    allocation: Allocation
+    hardware: HardwareModel
+    statistics: CriticalBatchFit
+    best_lr: list
+    measurements: Measurements
+
+
+def plan(
+    lab=None,
+    *,
+    measurements: Measurements | str | Path | None = None,
+    cfg: RunConfig | None = None,
+    workers=PLAN_WORKERS,
+    batches=PLAN_BATCHES,
+    target: float = TARGET,
+    network: Network | None = None,
+    device_samples_per_s: float | None = None,
+    save: str | Path | None = None,
+) -> PlanResult:
+    """Measure on ``lab`` (or take a recorded ``measurements``), fit, and plan for every
+    (workers, global batch) whose batch divides evenly: :class:`PlanResult`.
+
+    >>> result = hpclab.plan(lab)                       # ~3 min of measurement here
+    >>> print(result.allocation.paragraph)
+    >>> hpclab.plan(measurements="plan.json", network=Network(...), device_samples_per_s=900)
+    """
+    if measurements is None:
+        if lab is None:
+            raise ConfigError("plan needs a lab to measure on, or measurements= recorded ones.")
+        measurements = measure(lab, cfg, target=target)
+    elif not isinstance(measurements, Measurements):
+        measurements = Measurements.load(measurements)
+    if save is not None:
+        measurements.save(save)
+    hardware = fit_hardware(
+        measurements, network=network, device_samples_per_s=device_samples_per_s
+    )
+    statistics, best = fit_statistics(measurements)
+    allocation = plan_allocation(
+        hardware,
+        statistics,
+        workers,
+        batches,
+        target=f"held-out accuracy {measurements.target:g} ({measurements.model})",
+        notes=sweep_notes(best),
+    )
+    return PlanResult(allocation, hardware, statistics, best, measurements)
+
+
+__all__ = [
+    "Measurements",
+    "PlanResult",
+    "measure",
+    "measure_comm",
+    "measure_compute_share",
+    "measure_splits",
+    "measure_sweep",
+    "fit_hardware",
+    "fit_statistics",
+    "plan",
+    "steps_to_reach",
+]

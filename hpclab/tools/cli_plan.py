@@ -1,0 +1,150 @@
+"""``hpclab plan``: measure a few minutes here (or read a recorded measurement), fit the hardware
+and statistical models, and print the plan of an allocation — the table, the paragraph and the
+assumptions — with its charts in one HTML file (:mod:`hpclab.studies.planner`).
+
+    hpclab plan                                   # ~3 min of measurement on 2 ranks here
+    hpclab plan --measurements plan.json          # no engines: a recorded measurement
+    hpclab plan --measurements plan.json --inter-gbit 200 --gpus-per-node 4 \\
+        --device-samples-per-s 2500               # the same model on a target cluster
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from hpclab.tools.cli_progress import say
+from hpclab.tools.cli_run import positive_int, positive_ints
+
+SHOWN = ("workers", "global_batch", "local_batch", "steps", "step_s", "time_s", "gpu_hours",
+         "node_hours", "hardware_efficiency", "statistical_efficiency", "named")  # fmt: skip
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number > 0")
+    return value
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Options of ``hpclab plan``."""
+    src = parser.add_argument_group("measurement")
+    src.add_argument("--measurements", type=Path, default=None, metavar="FILE",
+                     help="a recorded measurement (JSON from --save): no engines start")  # fmt: skip
+    src.add_argument("--save", type=Path, default=None, metavar="FILE",
+                     help="write the measurement as JSON, to plan again without measuring")  # fmt: skip
+    src.add_argument("--target", type=positive_float, default=0.8, metavar="ACC",
+                     help="held-out accuracy to reach (default: 0.8)")  # fmt: skip
+    src.add_argument("--runs-dir", type=Path, default=None, metavar="DIR",
+                     help="where the measurement's runs are recorded")  # fmt: skip
+    src.add_argument("--data-dir", type=Path, default=None, metavar="DIR",
+                     help="generated and staged datasets")  # fmt: skip
+    grid = parser.add_argument_group("choices planned")
+    grid.add_argument("--workers", type=positive_ints, default=[1, 2, 4, 8, 16, 32, 64],
+                      metavar="N[,N...]", help="rank counts (default: 1,2,...,64)")  # fmt: skip
+    grid.add_argument("--batches", type=positive_ints,
+                      default=[32, 64, 128, 256, 512, 1024, 2048], metavar="B[,B...]",
+                      help="global batches (default: 32,...,2048)")  # fmt: skip
+    target = parser.add_argument_group("a target cluster (entered instead of this machine)")
+    target.add_argument("--gpus-per-node", type=positive_int, default=None, metavar="G",
+                        help="ranks (GPUs) per node")  # fmt: skip
+    target.add_argument("--inter-gbit", type=positive_float, default=None, metavar="X",
+                        help="one node's network bandwidth (Gbit/s)")  # fmt: skip
+    target.add_argument("--inter-latency-us", type=positive_float, default=2.0, metavar="X",
+                        help="network latency per message (µs; default: 2)")  # fmt: skip
+    target.add_argument("--intra-gbs", type=positive_float, default=None, metavar="X",
+                        help="bandwidth between ranks of a node (GB/s; default: as measured)")  # fmt: skip
+    target.add_argument("--intra-latency-us", type=positive_float, default=5.0, metavar="X",
+                        help="latency between ranks of a node (µs; default: 5)")  # fmt: skip
+    target.add_argument("--device-samples-per-s", type=positive_float, default=None,
+                        metavar="R", help="one device's training rate (samples/s) with the "
+                        "model, instead of this CPU's")  # fmt: skip
+    out = parser.add_argument_group("output")
+    out.add_argument("-o", "--output", type=Path, default=Path("plan.html"), metavar="FILE",
+                     help="the HTML file with the charts (default: plan.html)")  # fmt: skip
+    out.add_argument("--json", action="store_true", help="print the plan as one JSON line")
+
+
+def _network(args, measured):
+    """The target cluster's network from the options, or None (this machine's, measured)."""
+    from hpclab.core.hardware_model import Link, Network
+
+    if args.inter_gbit is None and args.gpus_per_node is None and args.intra_gbs is None:
+        return None
+    intra = (
+        Link(args.intra_latency_us * 1e-6, args.intra_gbs * 1e9, "entered")
+        if args.intra_gbs is not None
+        else measured
+    )
+    inter = (
+        Link.from_gbit(args.inter_gbit, args.inter_latency_us, "entered")
+        if args.inter_gbit is not None
+        else None
+    )
+    return Network(intra=intra, inter=inter, per_node=args.gpus_per_node or 0)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Measure (or load), fit, plan, print, write the charts."""
+    from hpclab.studies import planner
+
+    if args.measurements is not None:
+        measurements = planner.Measurements.load(args.measurements)
+    else:
+        from hpclab.cluster.lab import Lab
+
+        say("measuring on 2 ranks here (about three minutes) ...")
+        with Lab(workers=2, runs_dir=args.runs_dir, data_dir=args.data_dir) as lab:
+            measurements = planner.measure(lab, target=args.target)
+    if args.save is not None:
+        measurements.save(args.save)
+        say(f"measurement saved to {args.save}")
+    measured_link = planner.fit_hardware(measurements).network.intra
+    result = planner.plan(
+        measurements=measurements,
+        workers=args.workers,
+        batches=args.batches,
+        network=_network(args, measured_link),
+        device_samples_per_s=args.device_samples_per_s,
+    )
+    plan = result.allocation
+    _write_html(result, args.output)
+    if args.json:
+        print(json.dumps({"rows": list(plan.rows), "paragraph": plan.paragraph,
+                          "assumptions": [a.__dict__ for a in plan.assumptions]}))  # fmt: skip
+        return 0
+    table = plan.table()
+    shown = table[table["pareto"]][list(SHOWN)]
+    print("The Pareto set (time vs GPU-hours):")
+    print(shown.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    print()
+    print(plan.paragraph)
+    print()
+    print("Assumptions:")
+    for a in plan.assumptions:
+        print(f"  [{a.kind}] {a.what}")
+    say(f"charts written to {args.output}")
+    return 0
+
+
+def _write_html(result, path: Path) -> None:
+    from hpclab.views.charts.allocation_chart import critical_batch_figure, pareto_figure
+
+    parts = [
+        pareto_figure(result.allocation).to_html(full_html=False, include_plotlyjs="inline"),
+        critical_batch_figure(result.statistics, result.measurements.sweep).to_html(
+            full_html=False, include_plotlyjs=False
+        ),
+    ]
+    notes = "".join(f"<li>[{a.kind}] {a.what}</li>" for a in result.allocation.assumptions)
+    html = (
+        "<!doctype html><meta charset='utf-8'><title>hpclab plan</title>"
+        f"<h1>Plan</h1><p>{result.allocation.paragraph}</p>{''.join(parts)}"
+        f"<h2>Assumptions</h2><ul>{notes}</ul>"
+    )
+    Path(path).write_text(html, encoding="utf-8")
