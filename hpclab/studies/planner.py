@@ -3,10 +3,12 @@ an allocation (:mod:`hpclab.core.allocation`) — time to target and GPU-hours a
 
 What is measured (:func:`measure`, about three minutes on 2 cores with the default model):
 
-* **communication**, on the lab's 2+ ranks: the bytes of the model's gradients
-  (:mod:`hpclab.rank.probes.gradient_size`), an allreduce size sweep (:mod:`comm_probe`) that
-  α and β are fitted to, and — held out of that fit — one grouped allreduce of tensors shaped like
-  the gradients;
+* **communication**, on the lab's 2+ ranks: the bytes of the model's gradients, an allreduce
+  size sweep that α and β are fitted to, and — held out of that fit — one grouped allreduce of
+  tensors shaped like the gradients (:mod:`hpclab.rank.probes.gradient_size`). The sweep
+  allreduces as a training step does (grouped, averaged, inside a compiled function), not as
+  :mod:`comm_probe` does (eager): on a busy machine the compiled call's hand-over to Horovod's
+  background loop adds milliseconds the eager sweep never sees;
 * **computation scalability**, on the same ranks: a forward/backward pass with one rank busy and
   with all of them (:mod:`hpclab.rank.probes.compute_share`), never from a training run;
 * **the time split**, on one rank: short runs at a few local batches, each part of the step
@@ -44,6 +46,7 @@ from hpclab.core.hardware_model import (
     fit_affine,
     fit_link,
 )
+from hpclab.core.pop import PARTS, USEFUL
 
 LOCAL_BATCHES = (16, 64, 256)  # the time split's local batches (rows of the affine fits)
 SPLIT_SAMPLES = 32_000  # samples one rank processes in each time-split run (~1-3 s here)
@@ -96,15 +99,18 @@ def _need_ranks(lab, at_least: int, what: str) -> None:
 def measure_comm(lab, cfg: RunConfig, m: Measurements, sizes=COMM_SIZES) -> None:
     """The gradient bytes, the allreduce sweep and the held-out gradient allreduce (≥ 2 ranks)."""
     from hpclab.rank.probes import gradient_size
-    from hpclab.studies import comm_probe
 
     _need_ranks(lab, 2, "measuring communication")
     d, data_dir = cfg.to_dict(), str(lab.data_dir)
     m.gradient = lab.apply(gradient_size.gradient_layout, d, data_dir)[0]
-    frame = comm_probe.allreduce_sweep(lab, sizes=list(sizes), repeats=10)
+    per_rank = lab.apply(gradient_size.compiled_allreduce_sweep, [int(s) for s in sizes])
     m.comm = [
-        {"bytes": int(r["bytes"]), "seconds": r["ms"] / 1e3, "ranks": int(r["ranks"])}
-        for r in frame.to_dict("records")
+        {
+            "bytes": rows[0]["bytes"],
+            "ranks": rows[0]["ranks"],
+            "seconds": stats.median(r["seconds"] for r in rows),
+        }
+        for rows in zip(*per_rank, strict=True)
     ]
     rows = lab.apply(gradient_size.gradient_allreduce_times, d, data_dir)
     m.gradient_allreduce = {
@@ -148,11 +154,23 @@ def split_config(cfg: RunConfig, local_batch: int) -> RunConfig:
     )
 
 
-def measure_splits(lab, cfg: RunConfig, local_batches=LOCAL_BATCHES) -> list[dict]:
-    """Short runs on the lab's ranks; each part of the step in ms (mean over ranks), the step,
-    and each rank's useful ms (for POP's load balance)."""
-    from hpclab.core.pop import USEFUL
+def steady_split(history, summary: dict) -> dict[str, float]:
+    """Each part of the step in ms over the run's second half: the median of the telemetry
+    windows there (the first steps pay for Horovod's first negotiations and warm caches, and a
+    busy machine's spikes stay out of a median), else the summary's whole-run means."""
+    parts = ("step", *(p for p in PARTS))
+    cols = [f"{p}_ms" for p in parts]
+    if history is not None and len(history) and all(c in history for c in cols):
+        late = history[history["step"] >= history["step"].max() / 2][cols].astype(float).dropna()
+        if len(late) >= 3:
+            return {c: float(late[c].median()) for c in cols}
+    split = summary.get("time_split") or {}
+    return {c: float(split[c]) for c in cols}
 
+
+def measure_splits(lab, cfg: RunConfig, local_batches=LOCAL_BATCHES) -> list[dict]:
+    """Short runs on the lab's ranks: each part of the step in ms (mean over ranks, steady
+    state: :func:`steady_split`) and each rank's useful ms (for POP's load balance)."""
     out = []
     for b in local_batches:
         run = lab.run(split_config(cfg, b))
@@ -161,9 +179,7 @@ def measure_splits(lab, cfg: RunConfig, local_batches=LOCAL_BATCHES) -> list[dic
         if not split:
             raise LabError(f"the time-split run {run.run_id} recorded no time split.")
         row = {"workers": lab.workers, "local_batch": int(b), "run_id": run.run_id}
-        row["step_ms"] = float(split["step_ms"])
-        for part in ("loop", "input", "compute", "allreduce", "apply", "sync", "host"):
-            row[f"{part}_ms"] = float(split[f"{part}_ms"])
+        row.update(steady_split(run.history, summary))
         per_rank = [split[f"rank_{p}_ms"] for p in USEFUL]
         row["rank_useful_ms"] = [float(sum(v)) for v in zip(*per_rank, strict=True)]
         out.append(row)

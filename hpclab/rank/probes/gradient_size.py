@@ -66,3 +66,34 @@ def gradient_allreduce_times(cfg: dict, data_dir: str, repeats: int = 30, warmup
         "seconds": float(np.median(took)),
         "all_seconds": [float(s) for s in took],
     }
+
+
+def compiled_allreduce_sweep(sizes_bytes: list[int], repeats: int = 15, warmup: int = 3) -> list:
+    """On every rank at once: for each size, the median seconds of a float32 tensor of that many
+    bytes averaged the way a training step averages its gradients (one grouped allreduce in a
+    compiled function), after ``warmup`` unmeasured calls — the sizes the planner fits α and β
+    to. (``hpclab.rank.probes.collectives`` times eager allreduces, which skip the compiled
+    call's hand-over between TensorFlow's executor and Horovod's background loop.)"""
+    import horovod.tensorflow as hvd
+    import tensorflow as tf
+
+    rows = []
+    for size in sizes_bytes:
+        x = [tf.ones([max(int(size) // 4, 1)], tf.float32)]
+
+        @tf.function
+        def allreduce(x=x, size=size):
+            # Horovod: as hpclab.rank.step averages gradients (grouped, averaged)
+            return hvd.grouped_allreduce(x, op=hvd.Average, name=f"hpclab_planner_{size}")
+
+        took = []
+        for i in range(warmup + repeats):
+            t0 = time.perf_counter()
+            allreduce()[-1].numpy()
+            if i >= warmup:
+                took.append(time.perf_counter() - t0)
+        rows.append(
+            {"rank": hvd.rank(), "ranks": hvd.size(), "bytes": int(size),
+             "seconds": float(np.median(took))}
+        )  # fmt: skip
+    return rows
