@@ -46,11 +46,11 @@ def outside(knob: Knob) -> list:
     if knob.kind == "shape":
         return [(32, 32), (knob.lo - 1, 32, 3), (32, knob.hi + 1, 3)]
     eps = 1 if knob.kind == "int" else max(abs(knob.lo), 1.0) * 1e-6
-    below = knob.lo if knob.lo_open else knob.lo - eps
+    below = knob.lo if knob.lo_open and knob.lo != knob.off else knob.lo - eps
     values = [below, "1", float("nan") if knob.kind == "float" else 1.5]
     if knob.hi is not None:
         values.append(knob.hi + (1 if knob.kind == "int" else max(knob.hi, 1.0) * 1e-6))
-    if knob.off is not None:
+    if knob.off is not None and knob.off != knob.lo:
         values.append((knob.off + knob.lo) / 2)  # between "off" and the range
     return values
 

@@ -205,6 +205,9 @@ KNOBS: tuple[Knob, ...] = (
              "for lars)", "weight decay", lo=0.0, hi=1.0, step=1e-4),
         Knob("lars_eta", "float", 0.001, "LARS trust coefficient (You et al. 2017)",
              "LARS trust η", lo=0.0, lo_open=True, hi=10.0, step=0.0005),
+        Knob("grad_clip_norm", "float", 0.0, "clip the averaged gradient to this global norm "
+             "(0 = off; Pascanu et al. 2013)", "clip grad norm", lo=0.0, lo_open=True, off=0.0,
+             hi=1e6, step=0.5),
     ),
     *_section(
         "batch and learning rate",

@@ -43,8 +43,8 @@ from __future__ import annotations
 import contextlib
 
 from hpclab.core.pop import STEP_PARTS
-from hpclab.rank.features import averaging, sdc, staleness, straggler, weighting
-from hpclab.rank.features.hooks import Traced
+from hpclab.rank.features import averaging, clipping, sdc, staleness, straggler, weighting
+from hpclab.rank.features.hooks import StepContext, Traced
 
 #: The sums a step returns by name (entries of hpclab.rank.meters.REDUCED): the step-mean loss,
 #: correct samples, and at the call's sampled step |G_small|², |G_big|² and the zero gradients.
@@ -52,19 +52,18 @@ SUMS = ("loss_sum", "correct", "small_sq", "big_sq", "grad_zeros")
 
 #: The features a step may carry, in the order their hooks run at a shared point (the
 #: straggler's wait comes before a gradient's flip; staleness after the exchange it delays).
-FEATURES = {
-    "weighting": weighting.in_run,
-    "straggler": straggler.in_run,
-    "sdc": sdc.in_run,
-    "averaging": averaging.in_run,
-    "staleness": staleness.in_run,
-}
+#: Each is a module of hpclab.rank.features with ``in_run(cfg, world)`` and ``build(ctx)``.
+FEATURES = (weighting, straggler, sdc, averaging, staleness, clipping)
 
 
 def chosen(cfg, world: int) -> tuple[str, ...]:
-    """The features run ``cfg`` gives its step on ``world`` ranks: the same on every rank
-    (no rank argument, by rule 1 of the module doc)."""
-    return tuple(name for name, in_run in FEATURES.items() if in_run(cfg, world))
+    """The features run ``cfg`` gives its step on ``world`` ranks, by name: the same on every
+    rank (no rank argument, by rule 1 of the module doc)."""
+    return tuple(_name(f) for f in FEATURES if f.in_run(cfg, world))
+
+
+def _name(feature_module) -> str:
+    return feature_module.__name__.rsplit(".", 1)[-1]
 
 
 class Stamp:
@@ -100,7 +99,21 @@ class Step:
         # time_split=False (make bench's "telemetry off"): no timestamps, the parts read 0;
         # a straggler run needs them to size its wait
         self.stamp = Stamp(tf, cfg.time_split or "straggler" in names)
-        self.features = [self._build(name, rank, share, fault) for name in names]
+        ctx = StepContext(
+            cfg=cfg,
+            model=model,
+            optimizer=optimizer,
+            world=world,
+            rank=rank,
+            share=share,
+            fault=fault,
+            allreduce=self._allreduce,
+            stamp=self.stamp,
+            loss_scaled=self.loss_scaled,
+            tf=tf,
+            hvd=hvd,
+        )
+        self.features = [f.build(ctx) for f in FEATURES if _name(f) in names]
         # The noise scale needs two batch sizes: with one rank there is only one, so skip the norms
         # (with uneven batches the small one is not one size; averaged models average no gradient)
         self.track_noise = (
@@ -110,31 +123,6 @@ class Step:
         self.exchange = self._exchange_of_run()
         grads = tf.function(self._loss_and_grads, jit_compile=True) if cfg.xla else None
         self.loss_and_grads = grads or self._loss_and_grads
-
-    def _build(self, name: str, rank: int, share: float, fault):
-        """Feature ``name`` of this rank, given what it needs."""
-        tf, hvd, cfg = self.tf, self.hvd, self.cfg
-        if name == "weighting":
-            return weighting.BatchWeighting(share)
-        if name == "straggler":
-            return straggler.Straggler(cfg, rank, tf, self.stamp)
-        if name == "sdc":
-            return sdc.FaultInStep(fault, tf)
-        if name == "averaging":
-            return averaging.Averaging(
-                cfg,
-                model=self.model,
-                optimizer=self.optimizer,
-                world=self.world,
-                rank=rank,
-                allreduce=self._allreduce,
-                stamp=self.stamp,
-                tf=tf,
-                hvd=hvd,
-            )
-        if name == "staleness":
-            return staleness.Staleness(cfg.staleness, self.model, self.optimizer, tf)
-        raise ValueError(f"no step feature is called {name!r}: {', '.join(FEATURES)}")
 
     def _exchange_of_run(self):
         """Rule 2 of the module doc: the step's one gradient exchange."""

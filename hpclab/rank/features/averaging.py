@@ -172,4 +172,18 @@ class Averaging(Feature):
         return central() if central is not None else contextlib.nullcontext()
 
 
-__all__ = ["Averaging", "LocalSGD", "SMA", "in_run"]
+def build(ctx) -> Averaging:
+    return Averaging(
+        ctx.cfg,
+        model=ctx.model,
+        optimizer=ctx.optimizer,
+        world=ctx.world,
+        rank=ctx.rank,
+        allreduce=ctx.allreduce,
+        stamp=ctx.stamp,
+        tf=ctx.tf,
+        hvd=ctx.hvd,
+    )
+
+
+__all__ = ["build", "Averaging", "LocalSGD", "SMA", "in_run"]

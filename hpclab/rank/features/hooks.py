@@ -42,8 +42,30 @@ class Traced:
     exchanged_after_update: object = None  # seconds of exchange after the update (models)
 
 
+@dataclass(frozen=True)
+class StepContext:
+    """What a feature may need when the step builds it (every rank builds the same list)."""
+
+    cfg: object  # the run's RunConfig
+    model: object
+    optimizer: object
+    world: int
+    rank: int
+    share: float  # this rank's share of the global batch (uneven batches)
+    fault: object  # the run's planned bit flip (hpclab.rank.features.sdc.Fault) or None
+    allreduce: object  # the step's gradient allreduce, ``allreduce(tensors, ranks=None)``
+    stamp: object  # the step's timestamp op (hpclab.rank.step.Stamp)
+    loss_scaled: bool  # gradients carry mixed_float16's loss scale until the update
+    tf: object
+    hvd: object
+
+
 class Feature:
-    """A lesson's change to the synchronous step; every hook does nothing by default."""
+    """A lesson's change to the synchronous step; every hook does nothing by default.
+
+    A feature module defines ``in_run(cfg, world) -> bool`` (does run ``cfg`` carry it: the same
+    answer on every rank) and ``build(ctx: StepContext) -> Feature``, and is listed once in
+    :data:`hpclab.rank.step.FEATURES`."""
 
     replaces_allreduce = False  # True: :meth:`exchange` is the step's gradient exchange
 
@@ -74,4 +96,4 @@ class Feature:
         pass
 
 
-__all__ = ["Feature", "Traced"]
+__all__ = ["Feature", "StepContext", "Traced"]

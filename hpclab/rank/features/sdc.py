@@ -322,7 +322,12 @@ class Watch:
         return out
 
 
+def build(ctx) -> FaultInStep:
+    return FaultInStep(ctx.fault, ctx.tf)
+
+
 __all__ = [
+    "build",
     "Fault",
     "FaultInStep",
     "Guard",

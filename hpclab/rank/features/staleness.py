@@ -57,4 +57,8 @@ class Staleness(Feature):
         s.grads = self.ring(s.grads, self.optimizer.iterations.read_value())
 
 
-__all__ = ["StaleGradients", "Staleness", "in_run"]
+def build(ctx) -> Staleness:
+    return Staleness(ctx.cfg.staleness, ctx.model, ctx.optimizer, ctx.tf)
+
+
+__all__ = ["build", "StaleGradients", "Staleness", "in_run"]

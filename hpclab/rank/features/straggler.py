@@ -83,4 +83,8 @@ def _straggle(since, factor, extra_s) -> float:
     return wait
 
 
-__all__ = ["Straggler", "in_run"]
+def build(ctx) -> Straggler:
+    return Straggler(ctx.cfg, ctx.rank, ctx.tf, ctx.stamp)
+
+
+__all__ = ["build", "Straggler", "in_run"]

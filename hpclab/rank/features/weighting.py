@@ -28,4 +28,8 @@ class BatchWeighting(Feature):
         s.loss = s.loss * self.share
 
 
-__all__ = ["BatchWeighting", "in_run"]
+def build(ctx) -> BatchWeighting:
+    return BatchWeighting(ctx.share)
+
+
+__all__ = ["build", "BatchWeighting", "in_run"]
