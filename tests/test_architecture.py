@@ -468,6 +468,18 @@ def test_no_function_over_the_limit_in_the_rank_package():
     )
 
 
+def test_no_line_is_kept_from_the_formatter_to_save_lines():
+    """`# fmt: skip` kept lines short of the old line gate; the formatter owns layout now. (A
+    table that reads as one row per line may say `# fmt: off` with its reason: the knob table.)"""
+    skipped = [
+        f"{path.relative_to(ROOT)}:{i}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if line.rstrip().endswith("# fmt: skip")
+    ]
+    assert not skipped, "lines kept from the formatter: " + ", ".join(skipped)
+
+
 def test_every_module_lives_in_a_room():
     """Only the package root sits outside the rooms: a new module goes into the room whose
     concept it serves, so what it may import is answered by where it lives."""

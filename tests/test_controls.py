@@ -15,8 +15,9 @@ import pandas as pd
 import pytest
 
 from hpclab.core.config import ConfigError, RunConfig
-from hpclab.views.panel.panel import KNOBS, PRECISION_HINT, Panel, models_for
+from hpclab.views.panel.panel import Panel
 from hpclab.views.panel.text import plain_text, status_html, status_line
+from hpclab.views.panel.widgets import KNOBS, PRECISION_HINT, models_for
 
 SMALL = RunConfig(num_samples=4000, epochs=2)
 

@@ -11,8 +11,8 @@ import pytest
 
 from hpclab import RunConfig, RunFailed, load_run
 from hpclab.cluster.engines import STOP_BOUND_S
-from hpclab.cluster.lab import LabError
 from hpclab.cluster.watchdog import HANG_S
+from hpclab.core.errors import LabError
 from hpclab.rank.heartbeat import EVERY_S as HEARTBEAT_S
 
 pytestmark = [pytest.mark.mpi, pytest.mark.slow]

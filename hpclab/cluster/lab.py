@@ -31,7 +31,7 @@ from hpclab.cluster.run import Run
 from hpclab.cluster.world import check_world
 from hpclab.core.config import RunConfig
 from hpclab.core.engine_settings import EngineSettings
-from hpclab.core.errors import ConfigError, LabError, RunFailed
+from hpclab.core.errors import ConfigError, LabError
 from hpclab.rank.features.groups import across_nodes
 from hpclab.records import paths
 from hpclab.records.store import RunStore
@@ -445,4 +445,4 @@ def _stop_forgotten_labs_first() -> None:
 atexit.register(_stop_forgotten_labs)
 
 
-__all__ = ["Lab", "LabError", "Run", "RunFailed", "find_mpiexec", "EngineSettings"]
+__all__ = ["Lab"]

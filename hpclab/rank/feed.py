@@ -37,9 +37,17 @@ class ResidentShard:
     """A rank's training samples held as tensors; batches are gathered inside the graph."""
 
     def __init__(
-        self, x: np.ndarray, y: np.ndarray, *, batch: int, seed: int, rank: int,
-        augment: str = "none", augment_cost: int = 1, deal: int = 0,
-    ):  # fmt: skip
+        self,
+        x: np.ndarray,
+        y: np.ndarray,
+        *,
+        batch: int,
+        seed: int,
+        rank: int,
+        augment: str = "none",
+        augment_cost: int = 1,
+        deal: int = 0,
+    ):
         batch, deal = int(batch), int(deal)
         # deal > 0: x is the whole set, dealt out anew every epoch to `deal` ranks (module doc)
         self.deal, self.rank, self.n = deal, int(rank), len(x) // deal if deal else len(x)
@@ -156,9 +164,15 @@ def for_rank(cfg, plan, arrays, rank: int):
     if not dealt:
         x, y = data.shard(x, y, rank, world, batches if cfg.batch_skew else None)
     shard = ResidentShard(
-        x, y, batch=B, seed=cfg.seed, rank=rank,
-        augment=cfg.augment, augment_cost=cfg.augment_cost, deal=world if dealt else 0,
-    )  # fmt: skip
+        x,
+        y,
+        batch=B,
+        seed=cfg.seed,
+        rank=rank,
+        augment=cfg.augment,
+        augment_cost=cfg.augment_cost,
+        deal=world if dealt else 0,
+    )
     needed = plan.steps_per_epoch
     if shard.steps_per_epoch < needed:
         raise ValueError(

@@ -45,18 +45,23 @@ def allreduce_sweep(lab, sizes=SIZES, repeats: int = 10) -> pd.DataFrame:
 def figure(frame: pd.DataFrame) -> go.Figure:
     """Time (left) and bus bandwidth (right) against message size, both log-scaled."""
     fig = make_subplots(
-        rows=1, cols=2,
+        rows=1,
+        cols=2,
         subplot_titles=("time per allreduce (ms)", "bus bandwidth (GB/s)"),
-    )  # fmt: skip
+    )
     label = f"{frame['ranks'].iloc[0]} ranks, {frame['where'].iloc[0]}"
     for col, y in ((1, "ms"), (2, "busbw_GBps")):
         fig.add_trace(
             go.Scatter(
-                x=frame["bytes"], y=frame[y], mode="lines+markers", name=label,
+                x=frame["bytes"],
+                y=frame[y],
+                mode="lines+markers",
+                name=label,
                 showlegend=col == 1,
-            ),  # fmt: skip
-            row=1, col=col,
-        )  # fmt: skip
+            ),
+            row=1,
+            col=col,
+        )
         fig.update_xaxes(type="log", title_text="message size (bytes)", row=1, col=col)
         fig.update_yaxes(type="log", row=1, col=col)
     fig.update_layout(height=360, margin=dict(t=60, b=40, l=50, r=20))

@@ -234,9 +234,14 @@ def measure_sweep(
             )
             steps, status, run_id = _run_to_target(lab, run_cfg, target)
             rows.append(
-                {"global_batch": batch, "lr": lr, "steps": steps, "status": status,
-                 "run_id": run_id}
-            )  # fmt: skip
+                {
+                    "global_batch": batch,
+                    "lr": lr,
+                    "steps": steps,
+                    "status": status,
+                    "run_id": run_id,
+                }
+            )
     return rows
 
 

@@ -77,8 +77,14 @@ def monte_carlo(
     lab.ready_for(cfg)  # (engines with the process sets of a hybrid study, say)
     record = Path(lab.runs_dir) / ".sdc"
     record.mkdir(mode=0o700, exist_ok=True)
-    plan = {"bits": bits, "trials": trials, "steps": steps, "rank": rank, "layers": layers,
-            "seed": seed}  # fmt: skip
+    plan = {
+        "bits": bits,
+        "trials": trials,
+        "steps": steps,
+        "rank": rank,
+        "layers": layers,
+        "seed": seed,
+    }
     outs = lab.apply(
         sdc_trials.run,
         cfg.to_dict(),
@@ -110,15 +116,21 @@ def runs_table(runs) -> pd.DataFrame:
         s = run.summary or {}
         f = s.get("sdc") or {}
         after = f.get("digest_after") or []
-        rows.append({
-            "label": run.label, "status": run.status, "flipped": f.get("target", "none"),
-            "bit": f.get("bit"), "before": f.get("before"), "after": f.get("after"),
-            "detected_step": f.get("detected_step"),
-            "replicas_equal_after_flip": len(set(after)) == 1 if after else None,
-            "replicas_equal_at_end": len(set(s.get("weights_digest") or [])) == 1,
-            "rollbacks": len([e for e in f.get("spikes", []) if "restored_step" in e]),
-            "val_accuracy": s.get("val_accuracy"),
-        })  # fmt: skip
+        rows.append(
+            {
+                "label": run.label,
+                "status": run.status,
+                "flipped": f.get("target", "none"),
+                "bit": f.get("bit"),
+                "before": f.get("before"),
+                "after": f.get("after"),
+                "detected_step": f.get("detected_step"),
+                "replicas_equal_after_flip": len(set(after)) == 1 if after else None,
+                "replicas_equal_at_end": len(set(s.get("weights_digest") or [])) == 1,
+                "rollbacks": len([e for e in f.get("spikes", []) if "restored_step" in e]),
+                "val_accuracy": s.get("val_accuracy"),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -140,11 +152,18 @@ def failure_rates(frame: pd.DataFrame, p_sdc: float | None = None) -> pd.DataFra
         n, k = len(group), int(group["failed"].sum())
         low, high = wilson(k, n)
         caught = group.loc[group["failed"], "detected"]
-        rows.append({
-            "bit": int(bit), "field": bit_field(int(bit)), "trials": n, "failures": k,
-            "p_fail_given_sdc": k / n, "ci_low": low, "ci_high": high,
-            "detected_share": float(caught.mean()) if len(caught) else float("nan"),
-        })  # fmt: skip
+        rows.append(
+            {
+                "bit": int(bit),
+                "field": bit_field(int(bit)),
+                "trials": n,
+                "failures": k,
+                "p_fail_given_sdc": k / n,
+                "ci_low": low,
+                "ci_high": high,
+                "detected_share": float(caught.mean()) if len(caught) else float("nan"),
+            }
+        )
     rates = pd.DataFrame(rows)
     if p_sdc is not None:
         if not 0 <= p_sdc <= 1:
@@ -159,12 +178,17 @@ def figure(rates: pd.DataFrame) -> go.Figure:
     p = rates["p_fail_given_sdc"]
     fig = go.Figure(
         go.Bar(
-            x=labels, y=p,
-            error_y={"type": "data", "symmetric": False,
-                     "array": rates["ci_high"] - p, "arrayminus": p - rates["ci_low"]},
+            x=labels,
+            y=p,
+            error_y={
+                "type": "data",
+                "symmetric": False,
+                "array": rates["ci_high"] - p,
+                "arrayminus": p - rates["ci_low"],
+            },
             text=[f"{k}/{n}" for k, n in zip(rates["failures"], rates["trials"])],
         )
-    )  # fmt: skip
+    )
     fig.update_layout(
         title="one bit flip in one weight: P(training fails | SDC), 95 % interval",
         yaxis={"title": "P(failure | SDC)", "range": [0, 1.05]},

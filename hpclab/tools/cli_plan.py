@@ -17,8 +17,19 @@ from pathlib import Path
 from hpclab.tools.cli_progress import say
 from hpclab.tools.cli_run import positive_int, positive_ints
 
-SHOWN = ("workers", "global_batch", "local_batch", "steps", "step_s", "time_s", "gpu_hours",
-         "node_hours", "hardware_efficiency", "statistical_efficiency", "named")  # fmt: skip
+SHOWN = (
+    "workers",
+    "global_batch",
+    "local_batch",
+    "steps",
+    "step_s",
+    "time_s",
+    "gpu_hours",
+    "node_hours",
+    "hardware_efficiency",
+    "statistical_efficiency",
+    "named",
+)
 
 
 def positive_float(text: str) -> float:
@@ -34,39 +45,104 @@ def positive_float(text: str) -> float:
 def configure(parser: argparse.ArgumentParser) -> None:
     """Options of ``hpclab plan``."""
     src = parser.add_argument_group("measurement")
-    src.add_argument("--measurements", type=Path, default=None, metavar="FILE",
-                     help="a recorded measurement (JSON from --save): no engines start")  # fmt: skip
-    src.add_argument("--save", type=Path, default=None, metavar="FILE",
-                     help="write the measurement as JSON, to plan again without measuring")  # fmt: skip
-    src.add_argument("--target", type=positive_float, default=0.8, metavar="ACC",
-                     help="held-out accuracy to reach (default: 0.8)")  # fmt: skip
-    src.add_argument("--runs-dir", type=Path, default=None, metavar="DIR",
-                     help="where the measurement's runs are recorded")  # fmt: skip
-    src.add_argument("--data-dir", type=Path, default=None, metavar="DIR",
-                     help="generated and staged datasets")  # fmt: skip
+    src.add_argument(
+        "--measurements",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="a recorded measurement (JSON from --save): no engines start",
+    )
+    src.add_argument(
+        "--save",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="write the measurement as JSON, to plan again without measuring",
+    )
+    src.add_argument(
+        "--target",
+        type=positive_float,
+        default=0.8,
+        metavar="ACC",
+        help="held-out accuracy to reach (default: 0.8)",
+    )
+    src.add_argument(
+        "--runs-dir",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="where the measurement's runs are recorded",
+    )
+    src.add_argument(
+        "--data-dir", type=Path, default=None, metavar="DIR", help="generated and staged datasets"
+    )
     grid = parser.add_argument_group("choices planned")
-    grid.add_argument("--workers", type=positive_ints, default=[1, 2, 4, 8, 16, 32, 64],
-                      metavar="N[,N...]", help="rank counts (default: 1,2,...,64)")  # fmt: skip
-    grid.add_argument("--batches", type=positive_ints,
-                      default=[32, 64, 128, 256, 512, 1024, 2048], metavar="B[,B...]",
-                      help="global batches (default: 32,...,2048)")  # fmt: skip
+    grid.add_argument(
+        "--workers",
+        type=positive_ints,
+        default=[1, 2, 4, 8, 16, 32, 64],
+        metavar="N[,N...]",
+        help="rank counts (default: 1,2,...,64)",
+    )
+    grid.add_argument(
+        "--batches",
+        type=positive_ints,
+        default=[32, 64, 128, 256, 512, 1024, 2048],
+        metavar="B[,B...]",
+        help="global batches (default: 32,...,2048)",
+    )
     target = parser.add_argument_group("a target cluster (entered instead of this machine)")
-    target.add_argument("--gpus-per-node", type=positive_int, default=None, metavar="G",
-                        help="ranks (GPUs) per node")  # fmt: skip
-    target.add_argument("--inter-gbit", type=positive_float, default=None, metavar="X",
-                        help="one node's network bandwidth (Gbit/s)")  # fmt: skip
-    target.add_argument("--inter-latency-us", type=positive_float, default=2.0, metavar="X",
-                        help="network latency per message (µs; default: 2)")  # fmt: skip
-    target.add_argument("--intra-gbs", type=positive_float, default=None, metavar="X",
-                        help="bandwidth between ranks of a node (GB/s; default: as measured)")  # fmt: skip
-    target.add_argument("--intra-latency-us", type=positive_float, default=5.0, metavar="X",
-                        help="latency between ranks of a node (µs; default: 5)")  # fmt: skip
-    target.add_argument("--device-samples-per-s", type=positive_float, default=None,
-                        metavar="R", help="one device's training rate (samples/s) with the "
-                        "model, instead of this CPU's")  # fmt: skip
+    target.add_argument(
+        "--gpus-per-node",
+        type=positive_int,
+        default=None,
+        metavar="G",
+        help="ranks (GPUs) per node",
+    )
+    target.add_argument(
+        "--inter-gbit",
+        type=positive_float,
+        default=None,
+        metavar="X",
+        help="one node's network bandwidth (Gbit/s)",
+    )
+    target.add_argument(
+        "--inter-latency-us",
+        type=positive_float,
+        default=2.0,
+        metavar="X",
+        help="network latency per message (µs; default: 2)",
+    )
+    target.add_argument(
+        "--intra-gbs",
+        type=positive_float,
+        default=None,
+        metavar="X",
+        help="bandwidth between ranks of a node (GB/s; default: as measured)",
+    )
+    target.add_argument(
+        "--intra-latency-us",
+        type=positive_float,
+        default=5.0,
+        metavar="X",
+        help="latency between ranks of a node (µs; default: 5)",
+    )
+    target.add_argument(
+        "--device-samples-per-s",
+        type=positive_float,
+        default=None,
+        metavar="R",
+        help="one device's training rate (samples/s) with the model, instead of this CPU's",
+    )
     out = parser.add_argument_group("output")
-    out.add_argument("-o", "--output", type=Path, default=Path("plan.html"), metavar="FILE",
-                     help="the HTML file with the charts (default: plan.html)")  # fmt: skip
+    out.add_argument(
+        "-o",
+        "--output",
+        type=Path,
+        default=Path("plan.html"),
+        metavar="FILE",
+        help="the HTML file with the charts (default: plan.html)",
+    )
     out.add_argument("--json", action="store_true", help="print the plan as one JSON line")
 
 
@@ -115,8 +191,15 @@ def run(args: argparse.Namespace) -> int:
     plan = result.allocation
     _write_html(result, args.output)
     if args.json:
-        print(json.dumps({"rows": list(plan.rows), "paragraph": plan.paragraph,
-                          "assumptions": [a.__dict__ for a in plan.assumptions]}))  # fmt: skip
+        print(
+            json.dumps(
+                {
+                    "rows": list(plan.rows),
+                    "paragraph": plan.paragraph,
+                    "assumptions": [a.__dict__ for a in plan.assumptions],
+                }
+            )
+        )
         return 0
     table = plan.table()
     shown = table[table["pareto"]][list(SHOWN)]

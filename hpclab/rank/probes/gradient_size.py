@@ -93,7 +93,11 @@ def compiled_allreduce_sweep(sizes_bytes: list[int], repeats: int = 15, warmup: 
             if i >= warmup:
                 took.append(time.perf_counter() - t0)
         rows.append(
-            {"rank": hvd.rank(), "ranks": hvd.size(), "bytes": int(size),
-             "seconds": float(np.median(took))}
-        )  # fmt: skip
+            {
+                "rank": hvd.rank(),
+                "ranks": hvd.size(),
+                "bytes": int(size),
+                "seconds": float(np.median(took)),
+            }
+        )
     return rows

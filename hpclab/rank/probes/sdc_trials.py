@@ -47,10 +47,17 @@ def run(cfg_dict: dict, plan_dict: dict, run_dir: str, data_dir: str, plan: dict
         row: dict = {}
         if layer is not None:
             fault = Fault(
-                cfg.replace(sdc_target="weights", sdc_layer=layer, sdc_bit=bit,
-                            sdc_rank=plan["rank"], sdc_step=0, seed=seed),
-                model, trainer.rank,
-            )  # fmt: skip
+                cfg.replace(
+                    sdc_target="weights",
+                    sdc_layer=layer,
+                    sdc_bit=bit,
+                    sdc_rank=plan["rank"],
+                    sdc_step=0,
+                    seed=seed,
+                ),
+                model,
+                trainer.rank,
+            )
             fault.flip_weights(model, 0)
             row = {"layer": layer, "layer_name": names[layer], "element": fault.element}
             row.update({k: fault.record.get(k, np.nan) for k in ("before", "after")})
@@ -59,8 +66,10 @@ def run(cfg_dict: dict, plan_dict: dict, run_dir: str, data_dir: str, plan: dict
         loss, accuracy = trainer.val.subset()
         row.update(
             finite=bool(reduced.numpy()[R["nonfinite"]] == 0),
-            val_loss=loss, val_accuracy=accuracy, detected=bool(guard.numpy()[2] >= 0),
-        )  # fmt: skip
+            val_loss=loss,
+            val_accuracy=accuracy,
+            detected=bool(guard.numpy()[2] >= 0),
+        )
         return row
 
     clean = trial()

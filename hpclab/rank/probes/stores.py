@@ -219,9 +219,15 @@ def stage(folder: str | Path, layout: str, target: str | Path, latency_ms: float
 
 
 def rank_epochs(
-    folder: str, layout: str, shuffle: str, epochs: int, *, seed: int = 0,
-    latency_ms: float = 0.0, stage_to: str = "",
-) -> list[dict]:  # fmt: skip
+    folder: str,
+    layout: str,
+    shuffle: str,
+    epochs: int,
+    *,
+    seed: int = 0,
+    latency_ms: float = 0.0,
+    stage_to: str = "",
+) -> list[dict]:
     """On an engine: this rank reads its part of the store for `epochs` epochs; one row per
     epoch (and one for staging to `stage_to`, epoch -1), as :class:`EpochIO` rows.
 
@@ -245,9 +251,16 @@ def rank_epochs(
         for e in range(int(epochs)):
             idx, shard = epoch_indices(n, rank, world, e, shuffle, seed)
             *_, io = read_epoch(
-                source, layout, idx, rank=rank, epoch=e, shuffle=shuffle, shard=shard,
-                latency_ms=0.0 if local else latency_ms, arrays=arrays,
-            )  # fmt: skip
+                source,
+                layout,
+                idx,
+                rank=rank,
+                epoch=e,
+                shuffle=shuffle,
+                shard=shard,
+                latency_ms=0.0 if local else latency_ms,
+                arrays=arrays,
+            )
             rows.append(io.row())
     finally:
         if local is not None:  # node-local space is scarce: leave nothing behind

@@ -89,41 +89,59 @@ def critical_batch_figure(fit: CriticalBatchFit, measured: Sequence | None = Non
         fig.add_trace(
             go.Scatter(
                 x=np.concatenate([b, b[::-1]]),
-                y=np.concatenate([(s + 2 * se) * scale, np.maximum(s - 2 * se, 1e-9)[::-1]
-                                  * scale[::-1]]),
-                fill="toself", line=dict(width=0), fillcolor="rgba(27,158,119,0.15)",
-                name="±2 standard errors", showlegend=col == 1, hoverinfo="skip",
+                y=np.concatenate(
+                    [(s + 2 * se) * scale, np.maximum(s - 2 * se, 1e-9)[::-1] * scale[::-1]]
+                ),
+                fill="toself",
+                line=dict(width=0),
+                fillcolor="rgba(27,158,119,0.15)",
+                name="±2 standard errors",
+                showlegend=col == 1,
+                hoverinfo="skip",
             ),
-            row=1, col=col,
-        )  # fmt: skip
+            row=1,
+            col=col,
+        )
         fig.add_trace(
             go.Scatter(
-                x=b, y=s * scale, mode="lines", line=dict(color="#1b9e77"),
-                name=f"fit: B_crit ≈ {fit.b_crit:,.0f}", showlegend=col == 1,
+                x=b,
+                y=s * scale,
+                mode="lines",
+                line=dict(color="#1b9e77"),
+                name=f"fit: B_crit ≈ {fit.b_crit:,.0f}",
+                showlegend=col == 1,
             ),
-            row=1, col=col,
-        )  # fmt: skip
+            row=1,
+            col=col,
+        )
         pts = np.asarray(fit.batches)
         fig.add_trace(
             go.Scatter(
-                x=pts, y=np.asarray(fit.steps) * (pts if col == 2 else 1), mode="markers",
-                marker=dict(size=10, color="#d95f02"), name="best LR per batch",
+                x=pts,
+                y=np.asarray(fit.steps) * (pts if col == 2 else 1),
+                mode="markers",
+                marker=dict(size=10, color="#d95f02"),
+                name="best LR per batch",
                 showlegend=col == 1,
             ),
-            row=1, col=col,
-        )  # fmt: skip
+            row=1,
+            col=col,
+        )
         if measured:
             tried = [r for r in measured if r.get("steps")]
             fig.add_trace(
                 go.Scatter(
                     x=[r["global_batch"] for r in tried],
                     y=[r["steps"] * (r["global_batch"] if col == 2 else 1) for r in tried],
-                    mode="markers", marker=dict(size=6, color="#7570b3", symbol="x"),
-                    name="every LR tried", showlegend=col == 1,
+                    mode="markers",
+                    marker=dict(size=6, color="#7570b3", symbol="x"),
+                    name="every LR tried",
+                    showlegend=col == 1,
                     text=[f"lr {r['lr']:g}" for r in tried],
                 ),
-                row=1, col=col,
-            )  # fmt: skip
+                row=1,
+                col=col,
+            )
         fig.add_vline(x=fit.b_crit, line=dict(color="grey", dash="dash"), row=1, col=col)
         fig.update_xaxes(type="log", title_text="global batch", row=1, col=col)
         fig.update_yaxes(type="log", row=1, col=col)

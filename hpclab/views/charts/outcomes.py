@@ -36,9 +36,12 @@ def evaluations(f: RunFacts) -> pd.DataFrame:
     if np.isfinite(acc).any():
         keep = np.isfinite(acc)
         return pd.DataFrame(
-            {"step": column(h, "step")[keep], "time_s": column(h, "time_s")[keep],
-             "val_accuracy": acc[keep]}
-        )  # fmt: skip
+            {
+                "step": column(h, "step")[keep],
+                "time_s": column(h, "time_s")[keep],
+                "val_accuracy": acc[keep],
+            }
+        )
     return f.epochs
 
 

@@ -130,8 +130,9 @@ def figure(records: Iterable[Any], title: str = "") -> go.Figure:
         pop = pop_text(split)
         for r in range(len(ranks)):
             label = f"{text(f.label)} · rank {r}" + (f" ({pop})" if r == 0 and pop else "")
-            rows.append((label, {p: split.get(f"rank_{p}_ms", [math.nan] * len(ranks))[r]
-                                 for p in PARTS}))  # fmt: skip
+            rows.append(
+                (label, {p: split.get(f"rank_{p}_ms", [math.nan] * len(ranks))[r] for p in PARTS})
+            )
     fig = go.Figure()
     for part, (what, _) in PARTS.items():
         fig.add_trace(

@@ -68,12 +68,35 @@ def _rank_band(add, hx, ranks: np.ndarray, sm) -> None:
         }
     n = ranks.shape[1]
     band = dict(width=0.5, color=RANK_COLORS[0])
-    add("thr/rank-min", "throughput", hx, sm(stats["min"]), name=f"slowest of {n} ranks",
-        mode="lines", line=band)  # fmt: skip
-    add("thr/rank-max", "throughput", hx, sm(stats["max"]), name=f"fastest of {n} ranks",
-        mode="lines", line=band, fill="tonexty", fillcolor="rgba(31,119,180,0.15)")  # fmt: skip
-    add("thr/rank-median", "throughput", hx, sm(stats["median"]), name="median rank",
-        mode="lines", line=dict(width=1.5, color=RANK_COLORS[0]))  # fmt: skip
+    add(
+        "thr/rank-min",
+        "throughput",
+        hx,
+        sm(stats["min"]),
+        name=f"slowest of {n} ranks",
+        mode="lines",
+        line=band,
+    )
+    add(
+        "thr/rank-max",
+        "throughput",
+        hx,
+        sm(stats["max"]),
+        name=f"fastest of {n} ranks",
+        mode="lines",
+        line=band,
+        fill="tonexty",
+        fillcolor="rgba(31,119,180,0.15)",
+    )
+    add(
+        "thr/rank-median",
+        "throughput",
+        hx,
+        sm(stats["median"]),
+        name="median rank",
+        mode="lines",
+        line=dict(width=1.5, color=RANK_COLORS[0]),
+    )
 
 
 def trace_specs(

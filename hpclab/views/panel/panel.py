@@ -31,7 +31,6 @@ from hpclab.core.errors import ConfigError, LabError
 from hpclab.views.panel import text
 from hpclab.views.panel.widgets import (
     KNOBS,
-    PRECISION_HINT,
     PREFERRED_MODELS,
     arrange,
     build_widgets,
@@ -257,4 +256,4 @@ class Panel:
         run.stop(timeout=0)  # writes the stop request; the run calls back when the ranks stopped
 
 
-__all__ = ["Panel", "KNOBS", "models_for", "PRECISION_HINT"]  # the last three re-exported
+__all__ = ["Panel"]
