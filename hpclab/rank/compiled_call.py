@@ -1,7 +1,7 @@
 """The compiled call: a tensor number of optimizer steps in one ``tf.while_loop``, and the
 collectives of a call's telemetry.
 
-Per-call Python overhead, not arithmetic, dominates the lab's small models (hpclab issue 10), so
+Per-call Python overhead, not arithmetic, dominates the lab's small models, so
 one ``tf.function`` runs many steps of :class:`hpclab.rank.step.Step` over batches cut inside
 the graph from the rank's resident shard (:mod:`hpclab.rank.feed`). Its signature is fixed, so it
 is traced once per run, whatever the call's step count or epoch; the call's last step is traced

@@ -3,7 +3,7 @@
 The engine's compiled call runs many optimizer steps in one ``tf.while_loop``; it takes its
 batches from here rather than from a ``tf.data`` iterator, so no host round trip sits between two
 steps (an eager ``next()`` on a prefetched pipeline cost ~0.5 ms a step, a third of a small
-model's step; hpclab issue 10). MNIST-1D's 32k × 40 floats are 5 MB, so holding the shard
+model's step). MNIST-1D's 32k × 40 floats are 5 MB, so holding the shard
 resident costs nothing; a staged CIFAR-10 shard is 600 MB per rank in float32, still fine for
 the lab's sizes.
 

@@ -3,7 +3,7 @@
 The step is the lab's unit of work: batch → forward/backward → gradient exchange → update. Its
 parts (:data:`hpclab.core.pop.STEP_PARTS`) are timed *inside the graph* with ``tf.timestamp()``
 ops that control dependencies pin between them, so a rank learns where its step time goes
-without leaving the ``while_loop`` (hpclab issue 14): ``loop`` (the ``while_loop``'s own work
+without leaving the ``while_loop``: ``loop`` (the ``while_loop``'s own work
 between two steps), ``input`` (the batch cut from the resident shard), ``compute`` (forward and
 backward, and a straggler's extra time), ``allreduce`` (Horovod's gradient average, *including
 the wait for the slowest rank*: the collective cannot finish before every rank has joined it;
@@ -237,8 +237,7 @@ class Step:
             x, y = batch()
         t1 = self.stamp([x, y])
         if self.stamp.on:  # the forward pass waits for t1: the executor may run ready ops in any
-            # order: at 512 samples t1 came late (median input 2.0-4.3 ms, not 0.1; now and
-            # then after the backward pass: compute 0.006 ms); at 64 the slip hid in noise
+            # order, and an unpinned t1 can be taken late, after the forward pass began
             with tf.control_dependencies([t1]):
                 x, y = tf.identity(x), tf.identity(y)
         return x, y, t0, t1

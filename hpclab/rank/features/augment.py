@@ -1,4 +1,4 @@
-"""Data augmentation with a cost knob: the input-pipeline lesson (hpclab issue 14, item 5).
+"""Data augmentation with a cost knob: the input-pipeline lesson.
 
 The transform is what MNIST-1D's own generator does to its templates, drawn afresh: a random
 circular shift of each sample along its first axis (up to :data:`SHIFT` positions) and Gaussian

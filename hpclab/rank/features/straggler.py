@@ -6,8 +6,8 @@ update, loop, input, forward/backward) + ms``, so all its useful work takes
 ``1/(1 - slowdown)`` as long (:func:`hpclab.core.pop.straggler_factor`). The host sleeps, as it
 would while a slower device computes (:func:`_straggle`); every rank of a straggler run enters
 that function (the others return at once), and the wait is sized inside it, so the 0.1-0.4 ms
-it takes to get there is slowed too (sized before it, a 30 % straggler read load balance
-0.88-0.94 instead of 0.85), and it ends on a deadline however late the sleep wakes up. Every
+it takes to get there is slowed too (every rank pays it, so the straggler must be slower at it
+as well), and it ends on a deadline however late the sleep wakes up. Every
 other rank then waits in the allreduce, and :mod:`hpclab.core.pop` shows it as lower load
 balance. The wait counts as the step's ``compute`` part.
 """
@@ -62,8 +62,7 @@ def _straggle(since, factor, extra_s) -> float:
     It ends on a deadline: the sleep is shortened by how late this rank's sleeps wake up, and
     the rest is spun. Wake-ups are 0.05 ms late on a quiet core, and 1 ms and more where two
     ranks' threads share two busy cores, longer than a small model's whole wait: then it is all
-    spun (a sleep capped at half the wait overshot it by the lateness, and a 30 % straggler read
-    load balance 0.77 instead of 0.85). The estimate moves halfway up to a later wake-up at
+    spun (a sleep would overshoot the deadline by the lateness). The estimate moves halfway up to a later wake-up at
     once, down by 5 % of the gap after an earlier one, and decays while every wait is spun, so
     a later wait sleeps and measures it again. Returns the seconds asked for."""
     now = time.time()

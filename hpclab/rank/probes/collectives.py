@@ -1,9 +1,9 @@
 """What one allreduce costs by message size, on this rank: the curve behind Horovod's tensor
-fusion (hpclab issue 14, item 4).
+fusion.
 
 Small messages are latency-bound (the time hardly depends on the size), large ones
 bandwidth-bound (the time grows with it), which is why Horovod packs many small gradients into
-one buffer (``HOROVOD_FUSION_THRESHOLD``, 64 MB by default; ``RunConfig.hvd_fusion_mb``) before
+one buffer (``HOROVOD_FUSION_THRESHOLD``, 64 MB by default; ``EngineSettings.fusion_mb``) before
 reducing them. Bandwidths as nccl-tests defines them (NVIDIA nccl-tests, doc/PERFORMANCE.md):
 ``algbw = bytes / time``, and for an allreduce ``busbw = algbw × 2 (n − 1) / n`` — the rate each
 link carries in a ring algorithm, comparable across rank counts.

@@ -1,6 +1,6 @@
 """How a dataset sits on disk, and the file operations one epoch of a rank costs.
 
-The I/O lesson (issue 14, item 6). On one machine every read hits the page cache, so the lab
+The I/O lesson. On one machine every read hits the page cache, so the lab
 *counts* what a shared file system would serve — metadata operations (``stat``, ``open``) and
 read requests, per rank and epoch — and *times* only what really happens here. A slow shared
 path is a per-operation latency multiplied by those counts: ``simulated_s``, always labelled

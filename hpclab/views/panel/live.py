@@ -49,11 +49,9 @@ class Dashboard:
     ``dash.attach(run)`` follows a training run: the run calls back from its background thread
     after new rows arrive; redraws are throttled to one per ``min_interval_s`` and a trailing
     timer makes sure the newest rows never wait longer than ``max_wait_s``; the final state is
-    always drawn when the run is done. Each redraw costs the browser ~130 ms of CPU (measured
-    in headless Chromium on the 2-core reference machine): where the browser shares the cores
-    with the ranks, as on a laptop, a redraw every 2 s instead of every 0.5 s took the ranks'
-    throughput under the live panel from ~45k to ~70k samples/s (headless: ~105k). Every redraw only replaces trace x/y arrays inside
-    ``fig.batch_update()`` (one message to the browser).
+    always drawn when the run is done. A redraw costs the browser CPU that, on a laptop, the
+    ranks share, so redraws are rare (benchmarks/README.md has the measurement). Every redraw
+    only replaces trace x/y arrays inside ``fig.batch_update()`` (one message to the browser).
     """
 
     def __init__(
