@@ -16,10 +16,8 @@ from hpclab.core.config import RunConfig
 from hpclab.core.engine_settings import (
     GROUPS_ENV,
     EngineSettings,
-    needs_process_sets,
 )
 from hpclab.core.errors import ConfigError
-from hpclab.rank.features import groups as rank_groups
 from hpclab.records.store import find_finished, load_run, settle_engine_settings
 from hpclab.views.charts.facts import run_facts
 
@@ -70,15 +68,6 @@ def test_the_engine_environment():
         GROUPS_ENV: "2",
         "HOROVOD_TIMELINE": "DYNAMIC",
     }
-
-
-def test_the_rank_side_reads_the_same_names_and_rule():
-    """hpclab.rank.features.groups registers the groups from the same variable, by the same
-    rule (the rank side may not import the lab's; this keeps the two in step)."""
-    assert rank_groups.ENV == GROUPS_ENV
-    for world in range(1, 13):
-        for g in range(1, 13):
-            assert rank_groups.needs_sets(world, g) == needs_process_sets(world, g)
 
 
 BAD = [

@@ -30,7 +30,7 @@ from hpclab.core.catalog import MAX_WORKERS
 from hpclab.core.errors import ConfigError
 
 #: the engines' environment variable naming the groups to register at hvd.init()
-#: (read on the rank by hpclab.rank.features.groups.ENV, the same name)
+#: (read on the rank by hpclab.rank.features.groups.at_init)
 GROUPS_ENV = "HPCLAB_HOROVOD_GROUPS"
 
 #: The RunConfig fields two of these settings were before the Lab owned them: records written

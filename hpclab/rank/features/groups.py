@@ -14,15 +14,16 @@ nodes in 3 groups would put ranks 2-3 on two nodes).
 A group's allreduce runs over a Horovod *process set* (Horovod ≥ 0.23; "Process Sets" in its
 docs). Process sets are fixed at ``hvd.init()`` unless ``HOROVOD_DYNAMIC_PROCESS_SETS`` is set,
 which Horovod's own tests note slows every collective; so the engines register the groups when
-they start (:func:`at_init`, from :data:`ENV` in the engine environment) and ``Lab.run``
-restarts them when a hybrid run asks for a grouping they lack (hpclab.cluster.launch.engine_settings).
+they start (:func:`at_init`, from :data:`hpclab.core.engine_settings.GROUPS_ENV` in the engine environment) and ``Lab.run``
+restarts them when a hybrid run asks for a grouping they lack (hpclab.core.engine_settings.EngineSettings.for_run).
 """
 
 from __future__ import annotations
 
 import os
 
-ENV = "HPCLAB_HOROVOD_GROUPS"  # the engines' environment: groups to register at hvd.init()
+from hpclab.core.engine_settings import GROUPS_ENV, needs_process_sets
+
 _REGISTERED: dict[int, list] = {}  # on an engine: groups -> the ProcessSets registered at init
 
 
@@ -33,17 +34,11 @@ def members(world: int, groups: int) -> list[list[int]]:
     return [list(range(g * size, (g + 1) * size)) for g in range(groups)]
 
 
-def needs_sets(world: int, groups: int) -> bool:
-    """Whether this grouping needs process sets: one group is the global set, groups of one
-    rank need no gradient allreduce at all."""
-    return 1 < groups < world and world % groups == 0
-
-
 def across_nodes(hosts: list[str], groups: int) -> list[list[int]]:
     """The groups (their ranks) with ranks on more than one node, given each rank's host in
     rank order: their every-step allreduce crosses the network, which the grouping is meant to
     spare (``across_nodes(["a", "a", "b", "b"], 2) == []``)."""
-    if not needs_sets(len(hosts), groups):
+    if not needs_process_sets(len(hosts), groups):
         return []
     return [g for g in members(len(hosts), groups) if len({hosts[r] for r in g}) > 1]
 
@@ -51,8 +46,8 @@ def across_nodes(hosts: list[str], groups: int) -> list[list[int]]:
 def at_init(hvd, world: int) -> list:
     """The ProcessSets to pass to ``hvd.init(process_sets=...)`` on every rank alike: the groups
     the engine environment names (none without it), remembered for :func:`of_rank`."""
-    groups = int(os.environ.get(ENV, "1") or 1)
-    if not needs_sets(world, groups):
+    groups = int(os.environ.get(GROUPS_ENV, "1") or 1)
+    if not needs_process_sets(world, groups):
         return []
     sets = [hvd.ProcessSet(ranks) for ranks in members(world, groups)]
     _REGISTERED[groups] = sets
@@ -70,9 +65,9 @@ def of_rank(hvd, world: int, groups: int, rank: int):
     if groups not in _REGISTERED:
         raise RuntimeError(
             f"the engines registered no Horovod process sets for {groups} groups "
-            f"({ENV}={os.environ.get(ENV)!r}); Lab.run restarts the engines for a new grouping."
+            f"({GROUPS_ENV}={os.environ.get(GROUPS_ENV)!r}); Lab.run restarts the engines for a new grouping."
         )
     return _REGISTERED[groups][rank // (world // groups)]
 
 
-__all__ = ["ENV", "members", "needs_sets", "at_init", "of_rank"]
+__all__ = ["members", "across_nodes", "at_init", "of_rank"]
