@@ -1,6 +1,6 @@
 """`monte_carlo(lab)`: how often one bit flip in one weight breaks training, bit by bit.
 
-P(failure) = P(failure | SDC) × P(SDC) (Li et al., "Quantifying the impact of memory errors in
+P(failure) = P(failure | SDC) × P(SDC) (Zhang, Huang, Huang, Xu and Katz, "Quantifying the impact of memory errors in
 deep learning", IEEE Cluster 2019): the second factor is the hardware's (an error rate per GB
 and hour, per job), the first is measured here by injection. The lab's ranks train one state
 with the study's config, then run ``trials`` short injections per bit from it

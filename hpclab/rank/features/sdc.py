@@ -2,7 +2,7 @@
 
 A memory or logic error that flips one bit of a float32 changes its value by a factor that
 depends only on *which* bit (IEEE 754 binary32: bit 31 sign, 30-23 exponent, 22-0 mantissa).
-Li et al. ("Quantifying the impact of memory errors in deep learning", IEEE Cluster 2019, TACC)
+Zhang et al. ("Quantifying the impact of memory errors in deep learning", IEEE Cluster 2019, TACC)
 flipped single bits during training and found the outcome set by the bit position: a flip of a
 high exponent bit (30) turns a weight of 0.05 into ~1.7e37 and training fails at once, visibly,
 in the very next iteration's loss; low mantissa bits change a value by parts per million and
@@ -16,7 +16,7 @@ silently diverge and the per-rank weight digests differ from then on; a flip in 
 
 :class:`Fault` is the planned flip (``RunConfig.sdc_*``): the weights are flipped on the host
 between two calls, a gradient or an activation inside the call's last step (traced apart: no
-other step carries the flip). :class:`Guard` is the detector of Li et al.: a step whose
+other step carries the flip). :class:`Guard` is the detector of Zhang et al.: a step whose
 global-batch loss is non-finite or above ``spike_factor`` × its running mean fires it (the loss
 rides in the step's gradient allreduce, so every rank sees the same value and takes the same
 decision); with ``rollback`` every rank restores its newest state older than the spike and

@@ -5,7 +5,7 @@ trained state; each trial restores that state on every rank, flips one bit of on
 rank (:class:`hpclab.rank.features.sdc.Fault`, on the host), trains ``steps`` more steps with the run's
 own compiled call and evaluates the held-out subset. A trial *fails* when its training loss went
 non-finite or its held-out accuracy fell more than ``tolerance`` below a clean trial's from the
-same state: the outcomes Li et al. (IEEE Cluster 2019) tell apart, seen over a short horizon.
+same state: the outcomes Zhang et al. (IEEE Cluster 2019) tell apart, seen over a short horizon.
 One trial costs a few dozen milliseconds, so a notebook can afford tens per bit.
 
 Weights only: a gradient or activation flip is compiled into the call (its element is a

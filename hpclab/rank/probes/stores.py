@@ -8,8 +8,8 @@ simulated, never slept.
 
 Why counts: on Lustre every ``open``/``stat`` is a round trip to a metadata server the whole
 machine shares. At TACC, ImageNet's 1.28 M small files loaded the metadata servers, not the
-disks, until the data was staged on node-local storage (FanStore: Zhang et al., "Aggregating
-Local Storage for Scalable Deep Learning I/O", IPDPS 2019, arXiv:1809.10799). Studies of
+disks, until the data was staged on node-local storage (FanStore: Zhang et al., "FanStore:
+Enabling Efficient and Scalable I/O for Distributed Deep Learning", arXiv:1809.10799, 2018). Studies of
 TensorFlow's I/O (Chien et al., "Characterizing Deep-Learning I/O Workloads in TensorFlow",
 PDSW-DISCS 2018) and NERSC's breakdown of training latency show packed formats (TFRecord) and
 the cost of a global shuffle.
