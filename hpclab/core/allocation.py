@@ -284,13 +284,17 @@ def assumptions(
                 f"{most} ({net.algorithm} allreduce, {net.per_node or 'all'} ranks per node)",
             )
         )
+    lo_b = min(r["local_batch"] for r in rows)
+    hi_b = max(r["local_batch"] for r in rows)
     out.append(
         Assumption(
             notes.get("load_balance_source", "entered"),
             f"load balance {hardware.load_balance:.2f}, computation slowdown "
-            f"{hardware.compute_slowdown:.2f}x at more than one rank, {hardware.overlap:.0%} "
+            f"{hardware.slowdown(lo_b):.2f}x–{hardware.slowdown(hi_b):.2f}x at more than one "
+            f"rank (local batches {lo_b:g}–{hi_b:g}), {hardware.overlap:.0%} "
             f"of the allreduce hidden behind backprop; gradients {hardware.gradient_bytes:,.0f} "
-            "bytes",
+            f"bytes in {hardware.gradient_tensors} tensors, "
+            f"{hardware.per_tensor_s * 1e6:.3g} µs per tensor",
         )
     )
     return out
