@@ -344,8 +344,9 @@ def fit_hardware(
         network = Network(intra=link)
     per_tensor = 0.0
     if m.tensors and here:
-        per_tensor = fit_per_tensor([c["tensors"] for c in m.tensors],
-                                    [c["seconds"] for c in m.tensors])  # fmt: skip
+        per_tensor = fit_per_tensor(
+            [c["tensors"] for c in m.tensors], [c["seconds"] for c in m.tensors]
+        )
     notes = {
         "local_batches": batches,
         "ranks_measured": sorted({1, *(c["ranks"] for c in m.comm)}),

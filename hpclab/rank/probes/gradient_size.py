@@ -84,9 +84,14 @@ def compiled_allreduce_sweep(
     return {
         "rank": hvd.rank(),
         "ranks": hvd.size(),
-        "sizes": [{"bytes": k, "seconds": float(np.median(v))} for k, v in took.items()
-                  if isinstance(k, int)],
-        "tensors": [{"tensors": k, "bytes": SPLIT_BYTES,
-                     "seconds": float(np.median(took[f"tensors_{k}"]))} for k in TENSOR_COUNTS],
+        "sizes": [
+            {"bytes": k, "seconds": float(np.median(v))}
+            for k, v in took.items()
+            if isinstance(k, int)
+        ],
+        "tensors": [
+            {"tensors": k, "bytes": SPLIT_BYTES, "seconds": float(np.median(took[f"tensors_{k}"]))}
+            for k in TENSOR_COUNTS
+        ],
         "gradients": float(np.median(took["gradients"])) if cfg is not None else None,
-    }  # fmt: skip
+    }
