@@ -5,7 +5,7 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 VENV := .venv
 PY := $(VENV)/bin/python
-PYTEST_FAST := -m "not mpi and not notebook and not browser and not slurm and not hub"
+PYTEST_FAST := -m "not mpi and not notebook and not browser and not slurm and not hub and not slow"
 
 .PHONY: help setup lint test check demo lab strip kernel bench lock clean distclean
 
@@ -27,7 +27,7 @@ test: lint ## lint, then all tests: real MPI engines and Horovod, notebooks, the
 	@scripts/install-hub.sh
 	HPCLAB_REQUIRE_MPI=1 HPCLAB_REQUIRE_SLURM=1 $(PY) -m pytest --durations=30
 
-check: lint ## the fast tier (under a minute): lint plus every test that starts no engines
+check: lint ## the fast tier (under a minute): lint plus every test that starts no engines and takes seconds at most
 	$(PY) -m pytest -q $(PYTEST_FAST)
 
 demo: setup ## 2-worker MNIST-1D: batch x {no scaling, linear+warm-up, LARS}, LR window SGD vs LARS -> runs/demo/report.html

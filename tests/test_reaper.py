@@ -19,6 +19,7 @@ def _sleeper(*extra) -> psutil.Process:
     return psutil.Process(subprocess.Popen(["sleep", "60", *extra]).pid)
 
 
+@pytest.mark.slow  # (the reaper's real SIGTERM grace: ~7 s)
 def test_a_dead_client_takes_its_processes_with_it_even_one_that_ignores_sigterm():
     client = _sleeper()
     stubborn = psutil.Process(  # ignores SIGTERM, as a hung rank effectively does
@@ -106,6 +107,7 @@ def _fake_scancel(tmp_path) -> tuple[dict, object]:
     return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}, log
 
 
+@pytest.mark.slow  # (the reaper's real SIGTERM grace: ~7 s)
 def test_it_owns_a_lab_from_before_its_first_process_and_cancels_its_pending_job(tmp_path):
     """Started with only a lab id, the reaper finds the lab's processes by IPP_CLUSTER_ID in
     their environment, as they appear, with their descendants; the client's death ends them
