@@ -97,9 +97,6 @@ def test_a_slow_network_moves_the_fastest_choice_to_fewer_ranks():
     slow_net = plan_allocation(slow, STATS, workers, batches)
     assert slow_net.named["fastest"]["workers"] < fast_net.named["fastest"]["workers"]
     assert "Beyond 4 ranks the time no longer falls" in slow_net.paragraph
-    alone = plan_allocation(slow, STATS, [1, 16, 64], [256])  # a network too slow to use
-    assert alone.named["fastest"]["workers"] == 1 and "It is also the fastest" in alone.paragraph
-    assert "Beyond 1 rank the time no longer falls" in alone.paragraph
     assert "no longer falls" not in fast_net.paragraph
 
 

@@ -155,22 +155,3 @@ def test_goyal_2017_resnet50_on_256_gpus_reproduced_within_5_points():
           f"predicted time to train {hours:.2f} h vs published ~1 h")  # fmt: skip
     assert abs(predicted - GOYAL_PUBLISHED_EFFICIENCY) <= 0.05
     assert 0.9 <= hours <= 1.2
-
-
-def test_per_tensor_cost_and_a_batch_dependent_slowdown():
-    from hpclab.core.hardware_model import fit_per_tensor
-
-    assert fit_per_tensor([1, 4, 16], [1e-4 + 2e-5 * k for k in (1, 4, 16)]) == pytest.approx(2e-5)
-    assert fit_per_tensor([1, 4], [2e-4, 1e-4]) == 0.0  # a falling slope is noise, not a gain
-    with pytest.raises(ConfigError, match="tensors and seconds must be"):
-        fit_per_tensor([4, 4], [1e-4, 1e-4])
-    alone, together = Affine(1e-4, 1e-6), Affine(1e-4, 2e-6)
-    model = HardwareModel(
-        compute=Affine(0.0, 1e-5), rest=Affine(0.0, 0.0), network=Network(intra=LINK),
-        gradient_bytes=1e3, gradient_tensors=8, per_tensor_s=1e-5,
-        slowdown_fit=(alone, together),
-    )  # fmt: skip
-    assert model.slowdown(0.0) == 1.0 and model.slowdown(1e4) == pytest.approx(2.0, rel=0.02)
-    assert model.parts(100, 2)["compute"] == pytest.approx(1e-3 * together(100) / alone(100))
-    assert model.allreduce_s(2) == pytest.approx(ring_allreduce_s(1e3, 2, LINK) + 7e-5)
-    assert model.allreduce_s(1) == 0.0

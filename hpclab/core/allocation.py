@@ -164,12 +164,9 @@ def _hours(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def _ranks(n: int) -> str:
-    return "1 rank" if n == 1 else f"{n} ranks"
-
-
 def _choice(r: dict) -> str:
-    return f"{_ranks(r['workers'])} at global batch {r['global_batch']:,}"
+    ranks = "1 rank" if r["workers"] == 1 else f"{r['workers']} ranks"
+    return f"{ranks} at global batch {r['global_batch']:,}"
 
 
 def paragraph(
@@ -182,46 +179,39 @@ def paragraph(
     cost_ratio = fast["gpu_hours"] / cheap["gpu_hours"]
     lines = [
         f"To reach {target}, the cheapest choice is {_choice(cheap)}: "
-        f"{_hours(cheap['time_s'])} and {cheap['gpu_hours']:.3g} GPU-hours."
+        f"{_hours(cheap['time_s'])} and {cheap['gpu_hours']:.3g} GPU-hours.",
+        f"The fastest, {_choice(fast)}, takes {_hours(fast['time_s'])} — {speedup:.1f}x sooner "
+        f"— for {cost_ratio:.1f}x the GPU-hours.",
+        f"Within twice the cheapest cost the fastest is {_choice(within)} "
+        f"({_hours(within['time_s'])}, {within['gpu_hours']:.3g} GPU-hours); the knee of the "
+        f"time-cost curve is {_choice(kn)} ({_hours(kn['time_s'])}, "
+        f"{kn['gpu_hours']:.3g} GPU-hours).",
     ]
-    if fast is cheap:
-        lines.append(
-            "It is also the fastest: no choice with more ranks or a larger batch is sooner."
-        )
-    else:
-        lines += [
-            f"The fastest, {_choice(fast)}, takes {_hours(fast['time_s'])} — {speedup:.1f}x "
-            f"sooner — for {cost_ratio:.1f}x the GPU-hours.",
-            f"Within twice the cheapest cost the fastest is {_choice(within)} "
-            f"({_hours(within['time_s'])}, {within['gpu_hours']:.3g} GPU-hours); the knee of "
-            f"the time-cost curve is {_choice(kn)} ({_hours(kn['time_s'])}, "
-            f"{kn['gpu_hours']:.3g} GPU-hours).",
-        ]
     if fast["global_batch"] > statistics.b_crit:
         lines.append(
             f"The fastest batch is {fast['global_batch'] / statistics.b_crit:.1f}x the critical "
             f"batch (B_crit ≈ {statistics.b_crit:,.0f}): there each doubling of the batch cuts "
             "the steps by much less than half, so the extra ranks buy little time."
         )
-    elif fast["workers"] > 1:
+    else:
         lines.append(
             f"Every batch of the fastest choice is below the critical batch (B_crit ≈ "
             f"{statistics.b_crit:,.0f}): the statistics still pay for larger batches, and what "
             "limits the speed-up is the hardware (its efficiency "
-            f"{fast['hardware_efficiency']:.0%} on {_ranks(fast['workers'])})."
+            f"{fast['hardware_efficiency']:.0%} at {fast['workers']} ranks)."
         )
     most = max(r["workers"] for r in rows)
     if fast["workers"] < most:
         best_most = min((r for r in rows if r["workers"] == most), key=lambda r: r["time_s"])
         lines.append(
-            f"Beyond {_ranks(fast['workers'])} the time no longer falls: the best choice on "
+            f"Beyond {fast['workers']} ranks the time no longer falls: the best choice on "
             f"{most} ranks takes {_hours(best_most['time_s'])}, its allreduce "
             f"{best_most['allreduce_share']:.0%} of the step (hardware efficiency "
             f"{best_most['hardware_efficiency']:.0%})."
         )
     if fast["allreduce_share"] > 0.5:
         lines.append(
-            f"On {_ranks(fast['workers'])} the allreduce is {fast['allreduce_share']:.0%} of the "
+            f"At {fast['workers']} ranks the allreduce is {fast['allreduce_share']:.0%} of the "
             "step: a faster network or larger local batches matter more than more ranks."
         )
     return " ".join(lines)
@@ -294,17 +284,13 @@ def assumptions(
                 f"{most} ({net.algorithm} allreduce, {net.per_node or 'all'} ranks per node)",
             )
         )
-    lo_b = min(r["local_batch"] for r in rows)
-    hi_b = max(r["local_batch"] for r in rows)
     out.append(
         Assumption(
             notes.get("load_balance_source", "entered"),
             f"load balance {hardware.load_balance:.2f}, computation slowdown "
-            f"{hardware.slowdown(lo_b):.2f}x–{hardware.slowdown(hi_b):.2f}x at more than one "
-            f"rank (local batches {lo_b:g}–{hi_b:g}), {hardware.overlap:.0%} "
+            f"{hardware.compute_slowdown:.2f}x at more than one rank, {hardware.overlap:.0%} "
             f"of the allreduce hidden behind backprop; gradients {hardware.gradient_bytes:,.0f} "
-            f"bytes in {hardware.gradient_tensors} tensors, "
-            f"{hardware.per_tensor_s * 1e6:.3g} µs per tensor",
+            "bytes",
         )
     )
     return out

@@ -32,11 +32,6 @@ The model (every term in seconds per step, ``b`` the local batch, ``p`` the rank
   and a flat ring through every rank runs at the slowest link: ``ring_inter(n, p)``.
   α and β are fitted from a measured allreduce size sweep (:mod:`hpclab.studies.comm_probe`) by
   least squares on relative residuals (:func:`fit_link`), or entered for a target cluster.
-* ``(k − 1)·γ`` — a grouped allreduce of k gradient tensors pays a cost per tensor beyond the
-  bytes (Horovod negotiates each tensor and copies it into and out of the fusion buffer; the
-  framework runs the average once per tensor): fitted as the slope of one message's time
-  against the number of tensors it is cut into (:func:`fit_per_tensor`), added to the
-  allreduce on more than one rank.
 * ``overlap`` — the share of the allreduce hidden behind backprop: 0 for the lab's grouped
   allreduce (one fused op after the backward pass); per-tensor allreduces can overlap.
 
@@ -174,22 +169,6 @@ def fit_link(sizes: Sequence, seconds: Sequence, ranks: int, source: str = "meas
     return Link(alpha, 1.0 / inv_beta, source)
 
 
-def fit_per_tensor(tensors: Sequence, seconds: Sequence) -> float:
-    """γ, the seconds each tensor adds to a grouped allreduce: the slope of one message's time
-    against the number of tensors it is cut into (Theil-Sen, ≥ 0)."""
-    k = np.asarray(list(tensors), dtype=float)
-    t = np.asarray(list(seconds), dtype=float)
-    if k.shape != t.shape or np.unique(k).size < 2 or not np.all(np.isfinite(t) & (t > 0)):
-        raise ConfigError(
-            f"tensors and seconds must be two lists of the same length with 2 or more tensor "
-            f"counts and times > 0; you passed {k.tolist()!r} and {t.tolist()!r}."
-        )
-    from scipy.stats import theilslopes
-
-    # Theil-Sen (the median of the pairwise slopes): one slow call among few does not flip it
-    return float(max(theilslopes(t, k)[0], 0.0))
-
-
 @dataclass(frozen=True)
 class Network:
     """Where the ranks sit and how they talk: ``per_node`` ranks (GPUs) per node (0: every
@@ -246,12 +225,7 @@ class HardwareModel:
     gradient_bytes: float
     load_balance: float = 1.0
     compute_slowdown: float = 1.0  # s_c(p) for p > 1: compute time at p ranks / at one
-    #: (alone, together): a rank's compute vs local batch with one rank busy and with every
-    #: rank busy (a probe); when given, s_c(b) = together(b) / alone(b), at least 1
-    slowdown_fit: tuple[Affine, Affine] | None = None
     overlap: float = 0.0
-    gradient_tensors: int = 1
-    per_tensor_s: float = 0.0  # γ: seconds each gradient tensor beyond the first adds
     notes: dict = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
@@ -259,12 +233,6 @@ class HardwareModel:
         _number("load_balance", self.load_balance, hi=1.0)
         _number("compute_slowdown", self.compute_slowdown, lo=1.0, open_lo=False)
         _number("overlap", self.overlap, open_lo=False, hi=1.0)
-        _number("per_tensor_s", self.per_tensor_s, open_lo=False)
-        if not (isinstance(self.gradient_tensors, int) and self.gradient_tensors >= 1):
-            raise ConfigError(
-                f"gradient_tensors must be a whole number >= 1; you passed "
-                f"{self.gradient_tensors!r}."
-            )
 
     def parts(self, local_batch: float, ranks: int) -> dict[str, float]:
         """The step's parts in seconds: compute, rest, imbalance (the wait the slowest rank
@@ -274,11 +242,11 @@ class HardwareModel:
         if p < 1:
             raise ConfigError(f"ranks must be a whole number >= 1; you passed {ranks!r}.")
         multi = p > 1
-        compute = float(self.compute(b)) * (self.slowdown(b) if multi else 1.0)
+        compute = float(self.compute(b)) * (self.compute_slowdown if multi else 1.0)
         rest = float(self.rest(b))
         lb = self.load_balance if multi else 1.0
         imbalance = (compute + rest) * (1.0 / lb - 1.0)
-        allreduce = self.allreduce_s(p) * (1.0 - self.overlap)
+        allreduce = self.network.allreduce_s(self.gradient_bytes, p) * (1.0 - self.overlap)
         return {
             "compute": compute,
             "rest": rest,
@@ -286,21 +254,6 @@ class HardwareModel:
             "allreduce": allreduce,
             "step": compute + rest + imbalance + allreduce,
         }
-
-    def slowdown(self, local_batch: float) -> float:
-        """s_c: how much slower a rank computes ``local_batch`` when every rank computes."""
-        if self.slowdown_fit is None:
-            return self.compute_slowdown
-        alone, together = self.slowdown_fit
-        return max(1.0, float(together(local_batch)) / float(alone(local_batch)))
-
-    def allreduce_s(self, ranks: int) -> float:
-        """One step's gradient allreduce (before any overlap): the network's time for the bytes
-        plus (k − 1)·γ for the tensors; 0 on one rank."""
-        if int(ranks) <= 1:
-            return 0.0
-        tensors = (self.gradient_tensors - 1) * self.per_tensor_s
-        return self.network.allreduce_s(self.gradient_bytes, ranks) + tensors
 
     def step_s(self, local_batch: float, ranks: int) -> float:
         return self.parts(local_batch, ranks)["step"]
@@ -335,7 +288,6 @@ __all__ = [
     "Link",
     "ring_allreduce_s",
     "fit_link",
-    "fit_per_tensor",
     "Network",
     "HardwareModel",
     "load_balance_of",

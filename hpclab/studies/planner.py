@@ -45,7 +45,6 @@ from hpclab.core.hardware_model import (
     Network,
     fit_affine,
     fit_link,
-    fit_per_tensor,
 )
 from hpclab.core.pop import PARTS, USEFUL
 
@@ -67,7 +66,6 @@ class Measurements:
     target: float
     gradient: dict = field(default_factory=dict)  # bytes, tensors, parameters
     comm: list[dict] = field(default_factory=list)  # bytes, seconds, ranks (the α/β fit)
-    tensors: list[dict] = field(default_factory=list)  # tensors, bytes, seconds (the γ fit)
     gradient_allreduce: dict | None = None  # bytes, seconds, ranks: held out of the fit
     compute_share: list[dict] = field(default_factory=list)  # local_batch, alone_s, together_s
     splits: list[dict] = field(default_factory=list)  # workers, local_batch, step_ms, parts
@@ -105,30 +103,20 @@ def measure_comm(lab, cfg: RunConfig, m: Measurements, sizes=COMM_SIZES) -> None
     _need_ranks(lab, 2, "measuring communication")
     d, data_dir = cfg.to_dict(), str(lab.data_dir)
     m.gradient = lab.apply(gradient_size.gradient_layout, d, data_dir)[0]
-    per_rank = lab.apply(
-        gradient_size.compiled_allreduce_sweep, [int(s) for s in sizes], d, data_dir
-    )
-    ranks = per_rank[0]["ranks"]
+    per_rank = lab.apply(gradient_size.compiled_allreduce_sweep, [int(s) for s in sizes])
     m.comm = [
         {
             "bytes": rows[0]["bytes"],
-            "ranks": ranks,
+            "ranks": rows[0]["ranks"],
             "seconds": stats.median(r["seconds"] for r in rows),
         }
-        for rows in zip(*(r["sizes"] for r in per_rank), strict=True)
+        for rows in zip(*per_rank, strict=True)
     ]
-    m.tensors = [
-        {
-            "tensors": rows[0]["tensors"],
-            "bytes": rows[0]["bytes"],
-            "seconds": stats.median(r["seconds"] for r in rows),
-        }
-        for rows in zip(*(r["tensors"] for r in per_rank), strict=True)
-    ]
+    rows = lab.apply(gradient_size.gradient_allreduce_times, d, data_dir)
     m.gradient_allreduce = {
-        "bytes": m.gradient["bytes"],
-        "ranks": ranks,
-        "seconds": stats.median(r["gradients"] for r in per_rank),
+        "bytes": rows[0]["bytes"],
+        "ranks": rows[0]["ranks"],
+        "seconds": stats.median(r["seconds"] for r in rows),
     }
 
 
@@ -321,19 +309,14 @@ def fit_hardware(
         [max(sum(s[f"{p}_ms"] for p in REST_PARTS), 1e-6) / 1e3 for s in ones],
         "measured: 1-rank time splits",
     )
-    slowdown_fit = None
-    shares = [c for c in m.compute_share if c["alone_s"] and c["together_s"]]
-    if len({c["local_batch"] for c in shares}) >= 2:
-        at = [c["local_batch"] for c in shares]
-        slowdown_fit = (
-            fit_affine(at, [c["alone_s"] for c in shares], "measured: compute probe, alone"),
-            fit_affine(at, [c["together_s"] for c in shares], "measured: compute probe, all"),
-        )
+    slowdown = 1.0
+    if m.compute_share:
+        ratios = [c["together_s"] / c["alone_s"] for c in m.compute_share if c["alone_s"]]
+        slowdown = max(1.0, stats.median(ratios)) if ratios else 1.0
     if device_samples_per_s is not None:
         compute = Affine.from_rate(device_samples_per_s, "entered: device rate")
-        slowdown_fit = None  # each rank has a device of its own
-    here = network is None  # this machine's network: its per-tensor cost applies too
-    if here:
+        slowdown = 1.0
+    if network is None:
         ranks = m.comm[0]["ranks"]
         link = fit_link(
             [c["bytes"] for c in m.comm],
@@ -342,15 +325,10 @@ def fit_hardware(
             f"measured: allreduce sweep on {ranks} ranks",
         )
         network = Network(intra=link)
-    per_tensor = 0.0
-    if m.tensors and here:
-        per_tensor = fit_per_tensor(
-            [c["tensors"] for c in m.tensors], [c["seconds"] for c in m.tensors]
-        )
     notes = {
         "local_batches": batches,
         "ranks_measured": sorted({1, *(c["ranks"] for c in m.comm)}),
-        "load_balance_source": "entered",
+        "load_balance_source": "entered" if load_balance is not None else "entered",
     }
     return HardwareModel(
         compute=compute,
@@ -358,9 +336,7 @@ def fit_hardware(
         network=network,
         gradient_bytes=float(m.gradient["bytes"]),
         load_balance=1.0 if load_balance is None else load_balance,
-        slowdown_fit=slowdown_fit,
-        gradient_tensors=int(m.gradient.get("tensors", 1)),
-        per_tensor_s=per_tensor,
+        compute_slowdown=slowdown,
         notes=notes,
     )
 
