@@ -6,11 +6,10 @@ every row rank 0 published, the ones published while the client was away include
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
+import client_process
 import pytest
 
 pytestmark = [pytest.mark.mpi, pytest.mark.slow, pytest.mark.own_lab]
@@ -35,45 +34,22 @@ with Lab(workers=2) as lab:
 """
 
 
-def _client(tmp_path) -> subprocess.Popen:
-    env = {**os.environ, "HPCLAB_RUNS": str(tmp_path / "runs"), "PYTHONUNBUFFERED": "1"}
-    return subprocess.Popen(
-        [sys.executable, "-c", CLIENT],
-        cwd=ROOT,
-        env=env,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
-def _line(proc: subprocess.Popen, prefix: str, timeout: float) -> str:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        if line.startswith(prefix):
-            return line[len(prefix) :].strip()
-    proc.kill()
-    raise AssertionError(f"the client never printed {prefix!r}; stderr:\n{proc.stderr.read()}")
-
-
 @pytest.mark.parametrize("pause_s", [12, 40])
 def test_a_client_paused_mid_run_finds_its_run_training_and_every_row_recorded(tmp_path, pause_s):
     """12 s is past the watchdog's 8 s bound; 40 s is past what the live messages reach back
     (32 rows at 4 a second: 8 s), so the rows of the pause come only with the result."""
-    proc = _client(tmp_path)
+    proc = client_process.start(CLIENT, tmp_path)
     try:
-        rows_before = int(_line(proc, "ROWS ", timeout=240))
+        rows_before = int(client_process.read_line(proc, "ROWS ", timeout=240)[len("ROWS ") :])
         os.kill(proc.pid, signal.SIGSTOP)
         time.sleep(pause_s)  # the fault itself: the client is away this long
         os.kill(proc.pid, signal.SIGCONT)
         proc.stdin.write("go on\n")
         proc.stdin.flush()
-        after = json.loads(_line(proc, "AFTER ", timeout=60))
-        result = json.loads(_line(proc, "RESULT ", timeout=300))
+        after = json.loads(client_process.read_line(proc, "AFTER ", timeout=60)[len("AFTER ") :])
+        result = json.loads(
+            client_process.read_line(proc, "RESULT ", timeout=300)[len("RESULT ") :]
+        )
         proc.wait(timeout=120)
     finally:
         if proc.poll() is None:

@@ -19,11 +19,11 @@ import ipaddress
 import os
 import signal
 import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
 
+import client_process
 import psutil
 import pytest
 
@@ -49,29 +49,10 @@ lab.stop()
 
 
 def _client(tmp_path, mark: str) -> subprocess.Popen:
-    env = {**os.environ, MARK: mark, "HPCLAB_RUNS": str(tmp_path / "runs"), "PYTHONUNBUFFERED": "1"}
-    return subprocess.Popen(
-        [sys.executable, "-c", CLIENT],
-        cwd=ROOT,
-        env=env,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    return client_process.start(CLIENT, tmp_path, {MARK: mark})
 
 
-def _line(proc: subprocess.Popen, prefixes: tuple[str, ...], timeout: float) -> str:
-    """The first line of the client's output that starts with one of `prefixes`."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        if line.startswith(prefixes):
-            return line.strip()
-    proc.kill()
-    raise AssertionError(f"the client never printed {prefixes}; stderr:\n{proc.stderr.read()}")
+_line = client_process.read_line
 
 
 def _marked(mark: str, but: tuple[int, ...] = ()) -> list[str]:
