@@ -27,18 +27,14 @@ from typing import Any
 from hpclab.core.catalog import GENERATED_VALIDATION_FRACTION, STAGED_SIZES
 from hpclab.core.config_rules import validate
 from hpclab.core.errors import ConfigError
-from hpclab.core.knobs import KNOBS, Knob
+from hpclab.core.knobs import KNOBS
 from hpclab.core.plan import RunPlan, plan_run
-
-#: The knobs a RunConfig holds, in field order.
-#: (What Horovod reads once at hvd.init() is the Lab's: hpclab.core.engine_settings.)
-FIELDS: tuple[Knob, ...] = KNOBS
 
 
 def _with_knob_fields(cls: type) -> type:
-    """``cls`` as a frozen dataclass with one field per row of FIELDS (type, default, help)."""
-    cls.__annotations__ = {k.name: k.type for k in FIELDS}
-    for k in FIELDS:
+    """``cls`` as a frozen dataclass with one field per row of KNOBS (type, default, help)."""
+    cls.__annotations__ = {k.name: k.type for k in KNOBS}
+    for k in KNOBS:
         setattr(cls, k.name, field(default=k.default, metadata={"help": k.help, "knob": k}))
     return dataclass(frozen=True)(cls)
 
@@ -54,15 +50,15 @@ class RunConfig:
             value = getattr(self, name)
             if isinstance(value, list):
                 object.__setattr__(self, name, tuple(value))
-        for k in FIELDS:  # each value on its own, then the rules between knobs
+        for k in KNOBS:  # each value on its own, then the rules between knobs
             k.check(getattr(self, k.name))
         validate(self)
 
     def section(self, name: str) -> dict[str, Any]:
         """The values of one section of the knob table (hpclab.core.knobs.SECTIONS), by name."""
-        rows = [k for k in FIELDS if k.section == name]
+        rows = [k for k in KNOBS if k.section == name]
         if not rows:
-            sections = sorted({k.section for k in FIELDS})
+            sections = sorted({k.section for k in KNOBS})
             raise ConfigError(
                 f"RunConfig has no section {name!r}; sections: {', '.join(sections)}."
             )
@@ -134,4 +130,4 @@ class RunConfig:
 
 
 def field_names() -> list[str]:
-    return [k.name for k in FIELDS]
+    return [k.name for k in KNOBS]
