@@ -4,7 +4,8 @@ an allocation (:mod:`hpclab.core.allocation`) — time to target and GPU-hours a
 What is measured (:func:`measure`, about three minutes on 2 cores with the default model):
 
 * **communication**, on the lab's 2+ ranks: the bytes of the model's gradients, an allreduce
-  size sweep that α and β are fitted to, and — held out of that fit — one grouped allreduce of
+  size sweep that α and β are fitted to (each size cut into as many tensors as the model has
+  gradients), and — held out of that fit, timed in the same rounds — one grouped allreduce of
   tensors shaped like the gradients (:mod:`hpclab.rank.probes.gradient_size`). The sweep
   allreduces as a training step does (grouped, averaged, inside a compiled function), not as
   :mod:`comm_probe` does (eager): on a busy machine the compiled call's hand-over to Horovod's
@@ -103,20 +104,20 @@ def measure_comm(lab, cfg: RunConfig, m: Measurements, sizes=COMM_SIZES) -> None
     _need_ranks(lab, 2, "measuring communication")
     d, data_dir = cfg.to_dict(), str(lab.data_dir)
     m.gradient = lab.apply(gradient_size.gradient_layout, d, data_dir)[0]
-    per_rank = lab.apply(gradient_size.compiled_allreduce_sweep, [int(s) for s in sizes])
+    per_rank = lab.apply(gradient_size.allreduce_times, d, data_dir, [int(s) for s in sizes])
+    ranks = per_rank[0]["ranks"]
     m.comm = [
         {
             "bytes": rows[0]["bytes"],
-            "ranks": rows[0]["ranks"],
+            "ranks": ranks,
             "seconds": stats.median(r["seconds"] for r in rows),
         }
-        for rows in zip(*per_rank, strict=True)
+        for rows in zip(*(r["sweep"] for r in per_rank), strict=True)
     ]
-    rows = lab.apply(gradient_size.gradient_allreduce_times, d, data_dir)
     m.gradient_allreduce = {
-        "bytes": rows[0]["bytes"],
-        "ranks": rows[0]["ranks"],
-        "seconds": stats.median(r["seconds"] for r in rows),
+        "bytes": per_rank[0]["gradients"]["bytes"],
+        "ranks": ranks,
+        "seconds": stats.median(r["gradients"]["seconds"] for r in per_rank),
     }
 
 
@@ -328,7 +329,7 @@ def fit_hardware(
     notes = {
         "local_batches": batches,
         "ranks_measured": sorted({1, *(c["ranks"] for c in m.comm)}),
-        "load_balance_source": "entered" if load_balance is not None else "entered",
+        "load_balance_source": "entered" if load_balance is not None else "assumed 1.0",
     }
     return HardwareModel(
         compute=compute,

@@ -15,13 +15,17 @@ import time
 
 import numpy as np
 
+PASS_SAMPLES = 4096  # samples one compiled call passes forward and backward (≥ 4 passes)
+
 
 def forward_backward_seconds(
-    cfg: dict, data_dir: str, local_batch: int, active: list[int], repeats: int = 30
+    cfg: dict, data_dir: str, local_batch: int, active: list[int], repeats: int = 7
 ) -> dict:
-    """On every rank at once: the median seconds of one compiled forward and backward pass of
-    the run's model on ``local_batch`` random inputs, on the ranks in ``active`` (the others
-    wait at the barriers only); one barrier before and one after, so active ranks overlap."""
+    """On every rank at once: the seconds of one forward and backward pass of the run's model on
+    ``local_batch`` random inputs, on the ranks in ``active`` (the others wait at the barriers
+    only). Many passes run inside one compiled call (as a training step's compiled loop runs
+    them), so the call's dispatch stays out; the median of ``repeats`` calls, per pass. One
+    barrier before and one after, so the active ranks overlap."""
     import horovod.tensorflow as hvd
     import tensorflow as tf
 
@@ -32,26 +36,29 @@ def forward_backward_seconds(
     x = tf.random.uniform((int(local_batch), *arrays.input_shape), seed=cfg["seed"])
     y = tf.zeros((int(local_batch),), tf.int32)
     loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    passes = max(4, PASS_SAMPLES // int(local_batch))
 
     @tf.function
-    def step():
-        with tf.GradientTape() as tape:
-            loss = loss_fn(y, model(x, training=True))
-        return tape.gradient(loss, model.trainable_variables)
+    def many():
+        total = tf.constant(0.0)
+        for _ in tf.range(passes):
+            with tf.GradientTape() as tape:
+                loss = loss_fn(y, model(x, training=True))
+            grads = tape.gradient(loss, model.trainable_variables)
+            total += tf.reduce_sum(grads[-1])
+        return total
 
     took = []
     mine = hvd.rank() in active
     if mine:
-        for _ in range(3):  # trace and warm up, unmeasured
-            step()
+        many().numpy()  # trace and warm up, unmeasured
     # Horovod: a one-number allreduce as a barrier, so the active ranks start together
     hvd.allreduce(tf.constant(0.0), name="hpclab_compute_share_start").numpy()
     if mine:
         for _ in range(repeats):
             t0 = time.perf_counter()
-            grads = step()
-            grads[-1].numpy()  # wait for the result
-            took.append(time.perf_counter() - t0)
+            many().numpy()  # wait for the result
+            took.append((time.perf_counter() - t0) / passes)
     hvd.allreduce(tf.constant(0.0), name="hpclab_compute_share_end").numpy()
     return {
         "rank": hvd.rank(),

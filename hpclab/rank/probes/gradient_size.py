@@ -36,68 +36,79 @@ def gradient_layout(cfg: dict, data_dir: str) -> dict:
     }
 
 
-def gradient_allreduce_times(cfg: dict, data_dir: str, repeats: int = 30, warmup: int = 3) -> dict:
-    """On every rank at once: ``repeats`` timings (seconds) of the allreduce a training step
-    does — one grouped, averaging allreduce of tensors shaped like the model's gradients, in a
-    compiled function (``hpclab.rank.step``) — after ``warmup`` unmeasured ones, and their
-    median."""
+def allreduce_times(
+    cfg: dict, data_dir: str, sizes_bytes: list[int], rounds: int = 21, warmup: int = 3
+) -> dict:
+    """On every rank at once: the allreduce the planner fits α and β to and, held out of that
+    fit, the allreduce a training step does — each averaged the way ``hpclab.rank.step``
+    averages gradients (one grouped allreduce in a compiled function).
+
+    The fit's sizes (``sizes_bytes``) are each cut into tensors in the proportions of the model's
+    gradients: Horovod negotiates and copies each tensor of a group and TensorFlow averages each
+    apart, so a group of k tensors costs more than one tensor of the same bytes (here ~0.2 ms
+    for the default model's 8 against one, 2 ranks) — a cost every step pays, so the fitted α
+    carries it. The held-out call is the model's own gradient shapes (uneven sizes, not fitted).
+
+    Every call is timed once per round, the sizes and the gradients in turn, each after an
+    unmeasured small one (the call after a 4 MiB one runs slow): a shared machine's load drifts
+    over seconds, and timed one block after another the sweep and the held-out call would see
+    different machines. Medians over ``rounds`` rounds after ``warmup`` unmeasured ones, less
+    the median of the same compiled call without the allreduce (its dispatch from Python, which
+    a training step pays once whatever the ranks, and the planner's 1-rank time split holds).
+    (``hpclab.rank.probes.collectives`` times eager allreduces, which skip the compiled call's
+    hand-over between TensorFlow's executor and Horovod's background loop.)"""
     import horovod.tensorflow as hvd
     import tensorflow as tf
+
+    def compiled(tensors, name):
+        @tf.function
+        def allreduce():
+            # Horovod: as hpclab.rank.step averages gradients (grouped, averaged)
+            return hvd.grouped_allreduce(tensors, op=hvd.Average, name=name)
+
+        @tf.function
+        def dispatch():  # the same call without the allreduce
+            return [tf.identity(t) for t in tensors]
+
+        return allreduce, dispatch
 
     model = _model(cfg, data_dir)
     grads = [tf.ones(v.shape, tf.float32) for v in model.trainable_variables]
+    counts = [int(np.prod(v.shape)) for v in model.trainable_variables]
+    calls = {"gradients": compiled(grads, "hpclab_planner_grads")}
+    cuts = {}
+    for size in sizes_bytes:
+        cuts[int(size)] = [max(round(int(size) / 4 * c / sum(counts)), 1) for c in counts]
+        parts = [tf.ones([c], tf.float32) for c in cuts[int(size)]]
+        calls[int(size)] = compiled(parts, f"hpclab_planner_{int(size)}")
+    settle = compiled([tf.ones([256], tf.float32)], "hpclab_planner_settle")
+    took: dict = {key: ([], []) for key in calls}
+    for i in range(warmup + rounds):
+        for key, pair in calls.items():
+            for call, times in zip(pair, took[key], strict=True):
+                settle[0]()[-1].numpy()
+                t0 = time.perf_counter()
+                call()[-1].numpy()  # wait for the result
+                if i >= warmup:
+                    times.append(time.perf_counter() - t0)
 
-    @tf.function
-    def allreduce():
-        # Horovod: the step's own call (hpclab.rank.step: grouped, averaged)
-        return hvd.grouped_allreduce(grads, op=hvd.Average, name="hpclab_planner_grads")
-
-    took = []
-    for i in range(warmup + repeats):
-        t0 = time.perf_counter()
-        allreduce()[-1].numpy()  # wait for the result
-        if i >= warmup:
-            took.append(time.perf_counter() - t0)
+    def seconds(key) -> float:
+        allreduce, dispatch = (float(np.median(t)) for t in took[key])
+        return max(allreduce - dispatch, 1e-7)
     return {
         "rank": hvd.rank(),
         "ranks": hvd.size(),
-        "bytes": 4 * sum(int(np.prod(v.shape)) for v in model.trainable_variables),
-        "tensors": len(grads),
-        "seconds": float(np.median(took)),
-        "all_seconds": [float(s) for s in took],
-    }
-
-
-def compiled_allreduce_sweep(sizes_bytes: list[int], repeats: int = 15, warmup: int = 3) -> list:
-    """On every rank at once: for each size, the median seconds of a float32 tensor of that many
-    bytes averaged the way a training step averages its gradients (one grouped allreduce in a
-    compiled function), after ``warmup`` unmeasured calls — the sizes the planner fits α and β
-    to. (``hpclab.rank.probes.collectives`` times eager allreduces, which skip the compiled
-    call's hand-over between TensorFlow's executor and Horovod's background loop.)"""
-    import horovod.tensorflow as hvd
-    import tensorflow as tf
-
-    rows = []
-    for size in sizes_bytes:
-        x = [tf.ones([max(int(size) // 4, 1)], tf.float32)]
-
-        @tf.function
-        def allreduce(x=x, size=size):
-            # Horovod: as hpclab.rank.step averages gradients (grouped, averaged)
-            return hvd.grouped_allreduce(x, op=hvd.Average, name=f"hpclab_planner_{size}")
-
-        took = []
-        for i in range(warmup + repeats):
-            t0 = time.perf_counter()
-            allreduce()[-1].numpy()
-            if i >= warmup:
-                took.append(time.perf_counter() - t0)
-        rows.append(
+        "gradients": {
+            "bytes": 4 * sum(counts),
+            "tensors": len(counts),
+            "seconds": seconds("gradients"),
+        },
+        "sweep": [
             {
-                "rank": hvd.rank(),
-                "ranks": hvd.size(),
-                "bytes": int(size),
-                "seconds": float(np.median(took)),
+                "bytes": 4 * sum(cuts[int(size)]),
+                "tensors": len(counts),
+                "seconds": seconds(int(size)),
             }
-        )
-    return rows
+            for size in sizes_bytes
+        ],
+    }
