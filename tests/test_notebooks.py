@@ -171,10 +171,13 @@ def _claim_03(runs_dir: Path) -> str:
 
 
 def _claim_04(runs_dir: Path) -> str:
-    """Notebook 04: weak-scaling E(2) of the CNN is clearly lower at 16 per worker than at 1,024
-    (by more than a repeat of the same pairs moves it), and ResNet-20's is above the small-batch
-    CNN's. As the notebook says, a repeat that moves E(2) by more than BUSY means the machine was
-    too busy to tell: then the check says so (a warning) instead of judging the lesson."""
+    """Notebook 04: weak-scaling E(2) of the CNN is lower at 16 per worker than at 1,024 — in both
+    passes, and by more than the two passes disagree about that gap — and ResNet-20's is above
+    the small-batch CNN's. The gap is judged within a pass: between passes the level of E(2)
+    moves more than the gap does (six passes on 2 cores: E(2) at 16 per worker 0.43-0.76, the
+    gap 0.10-0.32), since a pass's 1-worker and 2-worker runs are minutes apart. As the notebook
+    says, passes that disagree about the gap by more than BUSY mean the machine was too busy to
+    tell: then the check says so (a warning) instead of judging the lesson."""
     from hpclab.views.charts.scaling_charts import scaling_series
 
     records = _records(runs_dir)
@@ -191,20 +194,23 @@ def _claim_04(runs_dir: Path) -> str:
     cnn, again = weak(first, "cnn1d:"), weak(repeated, "cnn1d:")
     (resnet,) = weak(first, "resnet20:").values()
     k16, k1024 = "16 per worker", "1,024 per worker"
-    small, large = (cnn[k16], again[k16]), (cnn[k1024], again[k1024])
-    spread = max(abs(small[0] - small[1]), abs(large[0] - large[1]))
-    measured = f"weak E(2) CNN {cnn}, repeat {again} (spread {spread:.3f}); ResNet-20 {resnet}"
-    if spread > BUSY:
+    gaps = [e[k1024] - e[k16] for e in (cnn, again)]
+    disagree = abs(gaps[0] - gaps[1])
+    measured = (
+        f"weak E(2) CNN {cnn}, repeat {again} (gaps {gaps[0]:.3f}, {gaps[1]:.3f}; they "
+        f"disagree by {disagree:.3f}); ResNet-20 {resnet}"
+    )
+    if disagree > BUSY:
         warnings.warn(
             f"notebook 04: the machine was too busy to judge E(2): {measured}", stacklevel=2
         )
         return "too busy to tell: " + measured
-    assert min(large) - max(small) > max(spread, 0.05), measured  # the batch's effect beats noise
-    assert resnet > max(small), measured
+    assert min(gaps) > 0 and sum(gaps) / 2 > disagree, measured  # the batch's effect beats noise
+    assert resnet > max(cnn[k16], again[k16]), measured
     return measured
 
 
-BUSY = 0.15  # a repeat moving E(2) by more than this: the machine was too busy to tell
+BUSY = 0.15  # passes disagreeing about E(2)'s gap by more: the machine was too busy to tell
 
 
 def _claim_05(runs_dir: Path) -> str:
