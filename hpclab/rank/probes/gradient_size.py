@@ -95,6 +95,7 @@ def allreduce_times(
     def seconds(key) -> float:
         allreduce, dispatch = (float(np.median(t)) for t in took[key])
         return max(allreduce - dispatch, 1e-7)
+
     return {
         "rank": hvd.rank(),
         "ranks": hvd.size(),
