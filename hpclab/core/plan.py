@@ -48,13 +48,16 @@ class RunPlan:
     # -- the learning rate ---------------------------------------------------------------------
     def lr_at(self, step: int) -> float:
         """LR of optimizer step ``step`` (:func:`hpclab.core.scaling.lr_at_step`)."""
-        return scaling.lr_at_step(step, **self._lr_args())
+        return scaling.lr_at_step(step, **self.lr_params())
 
     def lr_table(self) -> np.ndarray:
-        """The whole schedule, one float32 per step (the ranks look it up by step in-graph)."""
-        return scaling.lr_schedule_array(**self._lr_args())
+        """The whole schedule, one float32 per step: the reference the ranks' in-graph
+        schedule (``hpclab.rank.optimizers.StepSchedule``, a function of the step) is tested
+        against. O(total_steps): for tests and short runs, not for the ranks."""
+        return scaling.lr_schedule_array(**self.lr_params())
 
-    def _lr_args(self) -> dict:
+    def lr_params(self) -> dict:
+        """The schedule's arguments (:func:`hpclab.core.scaling.lr_at_step`'s keywords)."""
         start = self.peak_lr if self.warmup_start_lr is None else self.warmup_start_lr
         return dict(
             start_lr=start,

@@ -8,9 +8,10 @@
   Learning: Training BERT in 76 minutes", arXiv:1904.00962, Algorithm 2). ``tf.keras`` 2.15 has no
   LAMB built in (TensorFlow Addons had one, and is end-of-life), so this module carries its own.
   Reference math: :func:`hpclab.core.scaling.lamb_update_reference`.
-* ``TableSchedule`` — the learning rate for step *s* looked up in the table that
-  :func:`hpclab.core.scaling.lr_schedule_array` computes, so the LR a run uses is exactly
-  ``RunPlan.lr_at(s)`` (warm-up per step, Goyal et al. 2017).
+* ``StepSchedule`` — the learning rate as a function of the step, the same formula as
+  :func:`hpclab.core.scaling.lr_at_step` written in TensorFlow ops, so the LR a run uses is
+  ``RunPlan.lr_at(s)`` (warm-up per step, Goyal et al. 2017) and the traced step holds a few
+  scalars, not a table of ``total_steps`` floats. ``TableSchedule`` looks LRs up in a table.
 * ``build_optimizer(cfg, learning_rate)`` — the optimizer a :class:`~hpclab.core.config.RunConfig` asks
   for, wrapped in a dynamic ``LossScaleOptimizer`` for ``mixed_float16``.
 * ``set_precision(precision)`` — the global Keras mixed-precision policy.
@@ -33,6 +34,7 @@ all of these (biases and normalisation parameters get neither weight decay nor l
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 
 import numpy as np
@@ -291,6 +293,72 @@ class TableSchedule(tf.keras.optimizers.schedules.LearningRateSchedule):
         return {"table": self.table.tolist(), "name": self.name}
 
 
+class StepSchedule(tf.keras.optimizers.schedules.LearningRateSchedule):
+    """LR for optimizer step ``s`` (0-based) = :func:`hpclab.core.scaling.lr_at_step` at
+    ``min(s, total_steps - 1)``, computed in the graph from the step (O(1) memory however long
+    the run).
+
+    The arguments are :meth:`hpclab.core.plan.RunPlan.lr_params`. The arithmetic is float64 in
+    the same order as ``lr_at_step``, rounded to float32 at the end, so it gives the float32 of
+    ``RunPlan.lr_at(step)`` — the numbers of ``RunPlan.lr_table()`` (tests/test_lr_schedule_fn.py
+    compares them at every step of every rule). Steps past the end keep the last step's LR.
+    Keras passes ``optimizer.iterations`` (updates already applied) as ``step``; the
+    mixed-float16 ``LossScaleOptimizer`` counts skipped (non-finite) steps too, so the schedule
+    stays aligned with the engine's step counter.
+    """
+
+    def __init__(
+        self,
+        *,
+        start_lr: float,
+        peak_lr: float,
+        warmup_steps: int,
+        total_steps: int,
+        schedule: str = "constant",
+        name: str = "StepSchedule",
+    ):
+        super().__init__()
+        if total_steps < 1:
+            raise ValueError(f"StepSchedule needs total_steps >= 1; it got {total_steps}.")
+        if schedule not in ("constant", "cosine", "poly"):
+            raise ValueError(
+                f"schedule must be one of constant, cosine, poly; you passed {schedule!r}."
+            )
+        self.start_lr, self.peak_lr = float(start_lr), float(peak_lr)
+        self.warmup_steps, self.total_steps = int(warmup_steps), int(total_steps)
+        self.schedule, self.name = schedule, name
+
+    def __call__(self, step):
+        with tf.name_scope(self.name):
+            f64 = tf.float64
+            last = self.total_steps - 1
+            s = tf.cast(tf.clip_by_value(tf.cast(step, tf.int64), 0, last), f64)
+            start, peak = tf.constant(self.start_lr, f64), tf.constant(self.peak_lr, f64)
+            warm = self.warmup_steps
+            span = float(max(1, self.total_steps - warm))
+            progress = tf.clip_by_value((s - float(warm)) / span, 0.0, 1.0)
+            if self.schedule == "cosine":
+                after = 0.5 * peak * (1.0 + tf.cos(math.pi * progress))
+            elif self.schedule == "poly":
+                after = peak * tf.square(1.0 - progress)
+            else:
+                after = tf.broadcast_to(peak, tf.shape(s))
+            if warm > 0:
+                ramp = start + (peak - start) * s / float(warm)
+                after = tf.where(s < float(warm), ramp, after)
+            return tf.cast(after, tf.float32)
+
+    def get_config(self):
+        return {
+            "start_lr": self.start_lr,
+            "peak_lr": self.peak_lr,
+            "warmup_steps": self.warmup_steps,
+            "total_steps": self.total_steps,
+            "schedule": self.schedule,
+            "name": self.name,
+        }
+
+
 def set_precision(precision: str) -> None:
     """Set the global Keras mixed-precision policy: float32 | mixed_float16 | mixed_bfloat16.
 
@@ -307,7 +375,7 @@ def set_precision(precision: str) -> None:
 def build_optimizer(cfg: dict, learning_rate) -> tf.keras.optimizers.Optimizer:
     """The optimizer ``cfg["optimizer"]`` names (``cfg`` is ``RunConfig.to_dict()``).
 
-    ``learning_rate`` is a float or a schedule (usually :class:`TableSchedule`).
+    ``learning_rate`` is a float or a schedule (usually :class:`StepSchedule`).
 
     ==========  =================================================================================
     sgd         ``SGD`` without momentum

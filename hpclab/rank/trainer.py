@@ -151,8 +151,8 @@ class Trainer:
                 mode=cfg.validation,
             )
         self.eval_every = self.plan.eval_every if self.val is not None else 0
-        schedule = self.schedule = optimizers.TableSchedule(self.plan.lr_table())
-        self.lr_table = schedule.table  # the same numbers as RunPlan.lr_at(step)
+        # the LR as a function of the step: RunPlan.lr_at(step) in float32, no per-step table
+        schedule = self.schedule = optimizers.StepSchedule(**self.plan.lr_params())
         self.optimizer = optimizers.build_optimizer(self.cfg_dict, schedule)
 
     def _build_step(self) -> None:
@@ -420,7 +420,8 @@ class Trainer:
 
     def _lr(self, step: int) -> float:
         """The LR of the last step taken (``step`` steps done)."""
-        return float(self.lr_table[max(step, 1) - 1])
+        last = min(max(step, 1), self.total_steps) - 1  # (the schedule's clamp)
+        return float(self.np.float32(self.plan.lr_at(last)))  # the float32 the optimizer used
 
     def central_weights(self) -> list:
         """Crossbow's central average model as NumPy arrays ([] for other runs)."""
