@@ -60,12 +60,16 @@ def test_the_engine_environment():
         "HOROVOD_CYCLE_TIME": "0.1",
         "HOROVOD_FUSION_THRESHOLD": str(64 * 2**20),
         GROUPS_ENV: "1",  # (set even for one group: a stray value must not leak in)
+        "HOROVOD_STALL_CHECK_TIME_SECONDS": "120",
     }
-    env = EngineSettings(cycle_time_ms=2.0, fusion_mb=0.0, timeline=True, groups=2).env()
+    env = EngineSettings(
+        cycle_time_ms=2.0, fusion_mb=0.0, timeline=True, groups=2, stall_s=30.4
+    ).env()
     assert env == {
         "HOROVOD_CYCLE_TIME": "2",
         "HOROVOD_FUSION_THRESHOLD": "0",
         GROUPS_ENV: "2",
+        "HOROVOD_STALL_CHECK_TIME_SECONDS": "30",
         "HOROVOD_TIMELINE": "DYNAMIC",
     }
 
@@ -80,6 +84,8 @@ BAD = [
     ("timeline", 1, "True or False"),
     ("groups", 0, "integer from 1"),
     ("groups", 2.0, "integer from 1"),
+    ("stall_s", 0.5, "from 1 to 86400"),
+    ("stall_s", math.inf, "finite"),
 ]
 
 
@@ -94,7 +100,9 @@ def test_bad_settings_name_field_value_and_rule(name, value, words):
 def test_replace_to_dict_and_from_dict():
     s = EngineSettings(cycle_time_ms=1.0, groups=2)
     assert EngineSettings.from_dict(s.to_dict()) == s
-    assert s.to_dict() == {"cycle_time_ms": 1.0, "fusion_mb": 64.0, "timeline": False, "groups": 2}
+    assert s.to_dict() == {
+        "cycle_time_ms": 1.0, "fusion_mb": 64.0, "timeline": False, "groups": 2, "stall_s": 120.0
+    }  # fmt: skip
     with pytest.raises(ConfigError, match="no field 'cycle'"):
         s.replace(cycle=1.0)
     with pytest.raises(ConfigError, match="fusion_mb=-2"):

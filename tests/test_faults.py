@@ -234,3 +234,36 @@ def test_every_listening_socket_of_a_local_lab_binds_loopback(tmp_path):
     assert not open_to_all(others), f"listening beyond loopback: {open_to_all(others)}"
     if open_to_all(hydra):
         pytest.xfail(f"Hydra's control port binds every interface: {open_to_all(hydra)}")
+
+
+def test_a_rank_blocked_reading_its_data_is_named_with_its_stage(tmp_path):
+    """Rank 0's data file is a FIFO nobody writes: its read never returns, while its heartbeat
+    thread beats on and rank 1 waits for it in a collective. The watchdog names rank 0 and what
+    it was doing once the stage outlasts EngineSettings.stall_s (4 s here), rank 1 as waiting,
+    and the run ends 'failed' with the engines cleaned up (a lab that stayed 'running' for ever
+    is what this replaces: such a run was still running after 120 s)."""
+    from hpclab import EngineSettings, Lab, RunConfig
+    from hpclab.rank.data import mnist1d_cache_path
+
+    cfg = RunConfig(epochs=1)
+    data = tmp_path / "data"
+    data.mkdir()
+    os.mkfifo(mnist1d_cache_path(cfg.num_samples, cfg.seed, data))
+    settings = EngineSettings(stall_s=4)
+    with Lab(
+        workers=2,
+        runs_dir=tmp_path / "runs",
+        data_dir=data,
+        engine_settings=settings,
+        verbose=False,
+    ) as lab:
+        run = lab.run(cfg)
+        t0 = time.monotonic()
+        summary = run.wait(timeout=90, check=False)
+        took = time.monotonic() - t0
+        pids = [r["pid"] for r in lab.ranks]
+    print(f"\nnamed after {took:.1f} s: {run.error}")
+    assert run.status == "failed" and summary["status"] == "failed"
+    assert "rank 0 (pid" in run.error and "has been reading its data for" in run.error, run.error
+    assert "rank(s) 1 wait for it in a collective" in run.error, run.error
+    assert not any(psutil.pid_exists(p) for p in pids), pids

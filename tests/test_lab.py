@@ -307,9 +307,10 @@ def test_engine_settings_reach_the_engines_and_other_settings_restart_them(tmp_p
         assert meta["lab"]["horovod_env"] == {
             "HOROVOD_CYCLE_TIME": "2", "HOROVOD_FUSION_THRESHOLD": "0",
             "HPCLAB_HOROVOD_GROUPS": "1", "HOROVOD_TIMELINE": "DYNAMIC",
+            "HOROVOD_STALL_CHECK_TIME_SECONDS": "120",
         }  # fmt: skip
         assert meta["lab"]["engine_settings"] == {
-            "cycle_time_ms": 2.0, "fusion_mb": 0.0, "timeline": True, "groups": 1
+            "cycle_time_ms": 2.0, "fusion_mb": 0.0, "timeline": True, "groups": 1, "stall_s": 120.0
         }  # fmt: skip
         assert "hvd_cycle_time_ms" not in meta["config"]
         pids = rank_pids(lab)

@@ -11,7 +11,7 @@ import threading
 import pytest
 
 from hpclab.cluster.watchdog import Watchdog, process_state
-from hpclab.rank.heartbeat import KEY, Heartbeat
+from hpclab.rank.heartbeat import KEY, Heartbeat, Progress
 
 
 class Clock:
@@ -144,4 +144,56 @@ def test_heartbeat_thread_beats_until_the_block_ends():
         assert beat.wait(5)
     n = len(sent)
     threading.Event().wait(0.05)
-    assert len(sent) == n and [d[KEY] for d in sent] == list(range(1, n + 1))
+    assert len(sent) == n and [d[KEY]["n"] for d in sent] == list(range(1, n + 1))
+    assert {d[KEY]["stage"] for d in sent} == {"start"}
+
+
+def test_each_beat_carries_the_stage_and_how_long_on_the_ranks_own_clock():
+    progress, sent, beat = Progress(), [], threading.Event()
+
+    def send(data):
+        sent.append(data[KEY])
+        if data[KEY]["stage"] == "evaluation":
+            beat.set()
+
+    with Heartbeat(send, every_s=0.01, progress=progress):
+        progress.enter("training", 40)
+        progress.call_took(0.2)
+        with progress.during("evaluation", 40):
+            assert beat.wait(5)
+        assert (progress.stage, progress.step) == ("training", 40)
+    last = next(d for d in reversed(sent) if d["stage"] == "evaluation")
+    assert last["step"] == 40 and last["longest_call_s"] == 0.2 and last["for_s"] >= 0
+
+
+def _beat(dog, rank, n, stage, for_s, **more):
+    dog.observe(rank, {"n": n, "stage": stage, "for_s": for_s, "step": None, **more})
+
+
+def test_a_rank_stuck_in_its_own_work_is_named_and_the_waiting_ranks_said_to_wait():
+    dog = Watchdog(RANKS, hang_s=8, clock=Clock(), stall_s=60)
+    _beat(dog, 0, 1, "data", 59.0)
+    _beat(dog, 1, 1, "data_wait", 70.0)  # past its bound, but only waiting for rank 0
+    _beat(dog, 2, 1, "data_wait", 30.0)
+    assert dog.stuck_verdict() == (
+        "rank 1 (pid 1001 on node-a) has been waiting in a collective for rank 0 to read and "
+        "cache the data for 70 s (bound 60 s)"
+    )  # every stuck rank waits: they are all named
+    _beat(dog, 0, 2, "data", 61.0)
+    assert dog.stuck_verdict() == (
+        "rank 0 (pid 1000 on node-a) has been reading its data for 61 s (bound 60 s); "
+        "rank(s) 1 wait for it in a collective"
+    )
+    assert dog.silent() == {}  # all three beat: life is not progress
+
+
+def test_the_bound_grows_for_a_first_compile_and_with_the_longest_call():
+    dog = Watchdog(RANKS, hang_s=8, clock=Clock(), stall_s=60)
+    _beat(dog, 0, 1, "compile", 299.0)
+    _beat(dog, 1, 1, "generate", 299.0)
+    _beat(dog, 2, 1, "training", 599.0, longest_call_s=60.0)  # 10x its longest call
+    assert dog.stuck() == {}
+    _beat(dog, 2, 2, "training", 601.0, longest_call_s=60.0)
+    _beat(dog, 0, 2, "compile", 301.0)
+    assert sorted(dog.stuck()) == [0, 2]
+    assert dog.bound_s({"stage": "training", "longest_call_s": 0.1}) == 60

@@ -355,6 +355,7 @@ class Lab:
             abort=self._abort,
             launcher_output=self.launcher_output,
             link_state=self._link_state,
+            stall_s=self._settings.stall_s,
         )
         self.current_run = run
         return run

@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 import pandas as pd
 
-from hpclab.cluster.watchdog import HANG_S, Watchdog
+from hpclab.cluster.watchdog import HANG_S, STALL_S, Watchdog
 from hpclab.core.config import RunConfig
 from hpclab.core.errors import RunFailed
 from hpclab.rank.heartbeat import KEY as HEARTBEAT
@@ -51,6 +51,7 @@ class Run:
         launcher_output: Callable[[], str],
         link_state: Callable[[], str] = lambda: "",
         hang_s: float = HANG_S,
+        stall_s: float = STALL_S,
     ):
         self.config, self.workers, self._store = config, workers, store
         self.run_id, self.path = store.run_id, store.path
@@ -59,7 +60,7 @@ class Run:
         self._on_engines_lost, self._abort = on_engines_lost, abort
         self._launcher_output = launcher_output
         self._link_state = link_state  # why no rank can reach us ('' when the controller runs)
-        self._watchdog = Watchdog(ranks, hang_s)
+        self._watchdog = Watchdog(ranks, hang_s, stall_s=stall_s)
         self._rows: list[dict] = []
         self._epochs: list[dict] = []
         self._callbacks: list[Callable] = []
@@ -354,7 +355,16 @@ class Run:
             self._watchdog.observe(i, (result.data or {}).get(HEARTBEAT))
         silent = self._watchdog.silent(pending)
         if not silent:
-            return False
+            stuck = self._watchdog.stuck_verdict(pending)
+            if stuck is None:
+                return False
+            self._fail(
+                f"no progress: {stuck} (bounds from EngineSettings.stall_s); every rank was "
+                "stopped and the engines are gone — call lab.restart() for a fresh set (the "
+                "next lab.run() does it)",
+                engines_lost=True,
+            )
+            return True
         link = self._link_state() if self._watchdog.all_silent(pending) else ""
         verdict = self._watchdog.verdict(pending, link)
         self._fail(

@@ -24,10 +24,22 @@ import platform
 import time
 from collections.abc import Callable
 
+from hpclab.rank.heartbeat import STAGES, WAITING
+
 #: A rank silent this long stopped responding (heartbeats come every second). Shorter than the
 #: ten missed controller heartbeats after which ipyparallel declares an engine dead (~10 s with
 #: hpclab.cluster.launch.HEARTBEAT_MS), so a hang is named as a hang, not as a death.
 HANG_S = 8.0
+#: A rank whose stage (hpclab.rank.heartbeat.STAGES) lasts longer than this makes no progress:
+#: the default of ``EngineSettings.stall_s``, which also sets Horovod's own stall warning.
+STALL_S = 120.0
+#: Compiling and generating may last this many times the stall bound before a rank is named:
+#: tracing and optimising a big model's first call on a CPU takes minutes (ResNet-50's graph,
+#: XLA), and so does generating a large MNIST-1D (~30 s for the workshop's 40,960 samples here).
+COMPILE_FACTOR = 5
+#: A training call may last this many times the longest this run has made (calls are sized to
+#: ~0.15 s, but a straggler, a heavy model or a busy machine makes some far longer).
+CALL_FACTOR = 10
 #: A gap this long between two looks of the run's monitor (which looks every 0.2 s) means the
 #: client itself was paused; the gap is not counted against any rank.
 PAUSE_S = 2.0
@@ -50,9 +62,11 @@ class Watchdog:
         hang_s: float = HANG_S,
         clock: Callable[[], float] = time.monotonic,
         pause_s: float = PAUSE_S,
+        stall_s: float = STALL_S,
     ):
         self.ranks, self.hang_s, self.clock = ranks, float(hang_s), clock
-        self.pause_s = float(pause_s)
+        self.pause_s, self.stall_s = float(pause_s), float(stall_s)
+        self._progress: list[dict] = [{} for _ in ranks]
         now = clock()
         self._value: list[object] = [None] * len(ranks)
         self._changed = [now] * len(ranks)  # the start counts as a sign of life
@@ -71,9 +85,61 @@ class Watchdog:
         return gap
 
     def observe(self, rank: int, value: object) -> None:
-        """Rank `rank`'s latest heartbeat counter (None: none seen yet)."""
+        """Rank `rank`'s latest heartbeat (None: none seen yet): a counter, or a dict with the
+        counter ``n`` and the rank's progress (hpclab.rank.heartbeat.Progress.report)."""
+        if isinstance(value, dict):
+            self._progress[rank] = value
+            value = value.get("n")
         if value is not None and value != self._value[rank]:
             self._value[rank], self._changed[rank] = value, self.clock()
+
+    def bound_s(self, progress: dict) -> float:
+        """How long a rank may stay in its stage before it is named: ``stall_s``; a first
+        compile or a data set's generation COMPILE_FACTOR times that; a training call CALL_FACTOR times the longest this
+        run has made, if that is more."""
+        stage = progress.get("stage")
+        if stage in ("compile", "generate"):
+            return COMPILE_FACTOR * self.stall_s
+        if stage == "training":
+            return max(self.stall_s, CALL_FACTOR * float(progress.get("longest_call_s") or 0))
+        return self.stall_s
+
+    def stuck(self, among: list[int] | None = None) -> dict[int, dict]:
+        """Ranks (of `among`, default all) still beating whose stage has lasted past its bound
+        (:meth:`bound_s`) → their progress. Measured on each rank's own clock, so a client's
+        pause never counts."""
+        ranks = range(len(self.ranks)) if among is None else among
+        out = {}
+        for r in ranks:
+            p = self._progress[r]
+            if p.get("stage") and float(p.get("for_s") or 0) > self.bound_s(p):
+                out[r] = p
+        return out
+
+    def stuck_verdict(self, among: list[int] | None = None) -> str | None:
+        """A sentence naming the rank(s) making no progress, or None. A rank stuck in its own
+        work (reading data, evaluating, compiling) is named first, and ranks waiting in a
+        collective meanwhile are said to wait for it; only when every stuck rank waits in a
+        collective are they all named (a deadlock, or a rank lost inside one)."""
+        stuck = self.stuck(among)
+        if not stuck:
+            return None
+        own = {r: p for r, p in stuck.items() if p["stage"] not in WAITING}
+        named = own or stuck
+        parts = []
+        for r, p in sorted(named.items()):
+            rank = self.ranks[r]
+            at = f" at step {p['step']}" if p.get("step") is not None else ""
+            parts.append(
+                f"rank {rank.get('rank', r)} (pid {rank.get('pid', '?')} on "
+                f"{rank.get('host', '?')}) has been {STAGES.get(p['stage'], p['stage'])}{at} "
+                f"for {float(p['for_s']):.0f} s (bound {self.bound_s(p):.0f} s)"
+            )
+        sentence = "; ".join(parts)
+        waiting = sorted(r for r in stuck if r not in named)
+        if waiting:
+            sentence += f"; rank(s) {', '.join(map(str, waiting))} wait for it in a collective"
+        return sentence
 
     def silent(self, among: list[int] | None = None, longer_than: float | None = None):
         """Ranks (of `among`, default all) silent longer than `longer_than` (default hang_s)
@@ -133,4 +199,4 @@ def process_state(rank: dict) -> str:
     return _STATES.get(status, "")
 
 
-__all__ = ["Watchdog", "HANG_S", "process_state"]
+__all__ = ["Watchdog", "HANG_S", "STALL_S", "process_state"]

@@ -1,6 +1,6 @@
 """`EngineSettings`: what Horovod reads once, at ``hvd.init()``, on every engine of a `Lab`.
 
-A run's knobs travel with each run (:class:`hpclab.core.config.RunConfig`); these four do not:
+A run's knobs travel with each run (:class:`hpclab.core.config.RunConfig`); these do not:
 Horovod's background loop takes them from the engines' environment when it starts, so other
 values need fresh engines. The `Lab` owns one `EngineSettings` (``lab.engine_settings``), starts
 its engines with :meth:`EngineSettings.env`, records both in every run's ``config.json``
@@ -16,6 +16,12 @@ its engines with :meth:`EngineSettings.env`, records both in every run's ``confi
   :mod:`hpclab.core.timeline`).
 - ``groups``: the synchronous groups of hybrid runs, registered as Horovod process sets
   (``HPCLAB_HOROVOD_GROUPS``; hpclab.rank.features.groups).
+- ``stall_s``: how long a rank may make no progress — stay in one stage of a run, such as
+  reading its data — before the client's watchdog names it and ends the run
+  (:mod:`hpclab.cluster.watchdog`: a first compile may take 5×, a training call 10× the longest
+  so far); Horovod's stall check warns in the engines' log after the same time, naming the
+  ranks that did not join a collective (``HOROVOD_STALL_CHECK_TIME_SECONDS``; Horovod docs,
+  "Troubleshooting").
 """
 
 from __future__ import annotations
@@ -68,6 +74,7 @@ class EngineSettings:
     fusion_mb: float = 64.0  # Horovod: tensor-fusion buffer (MB; 0 = no fusion)
     timeline: bool = False  # a dynamic timeline runs may switch on (timeline_steps)
     groups: int = 1  # synchronous groups of hybrid runs, registered as process sets
+    stall_s: float = 120.0  # a rank making no progress this long is named (and Horovod warns)
 
     def __post_init__(self) -> None:
         if not _is_number(self.cycle_time_ms) or not 0 < self.cycle_time_ms <= 1000:
@@ -79,6 +86,8 @@ class EngineSettings:
         g = self.groups
         if not isinstance(g, int) or isinstance(g, bool) or not 1 <= g <= MAX_WORKERS:
             _fail("groups", g, f"an integer from 1 to {MAX_WORKERS}")
+        if not _is_number(self.stall_s) or not 1 <= self.stall_s <= 86400:
+            _fail("stall_s", self.stall_s, "a finite number of seconds from 1 to 86400")
 
     def env(self) -> dict[str, str]:
         """The engines' environment that gives Horovod these settings at ``hvd.init()``.
@@ -90,6 +99,7 @@ class EngineSettings:
             "HOROVOD_CYCLE_TIME": f"{self.cycle_time_ms:g}",
             "HOROVOD_FUSION_THRESHOLD": str(int(self.fusion_mb * 1024 * 1024)),
             GROUPS_ENV: str(self.groups),
+            "HOROVOD_STALL_CHECK_TIME_SECONDS": str(max(1, round(self.stall_s))),
         }
         return {**env, "HOROVOD_TIMELINE": "DYNAMIC"} if self.timeline else env
 

@@ -47,6 +47,7 @@ from typing import NamedTuple
 import numpy as np
 
 from hpclab.core.catalog import GENERATED_VALIDATION_FRACTION, NUM_CLASSES, STAGED_DATASETS
+from hpclab.rank.heartbeat import PROGRESS
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +112,8 @@ def _mnist1d(num_samples: int, seed: int, data_dir: Path) -> Arrays:
             if loaded is None:
                 if path.exists():
                     log.warning("the dataset cache %s is unreadable; generating it again", path)
-                _atomic_savez(path, **_generate_mnist1d(num_samples, seed))
+                with PROGRESS.during("generate"):  # (the watchdog's longer bound)
+                    _atomic_savez(path, **_generate_mnist1d(num_samples, seed))
                 loaded = _read_cache(path, num_samples)
     x, y = loaded
     n_val = int(round(num_samples * GENERATED_VALIDATION_FRACTION))  # = RunConfig.validation_size()

@@ -24,6 +24,7 @@ from hpclab.core.health import judge
 from hpclab.core.metrics import NoiseScale
 from hpclab.core.plan import RunPlan
 from hpclab.rank.compiled_call import CompiledCall
+from hpclab.rank.heartbeat import PROGRESS
 from hpclab.rank.meters import (
     CallSizer,
     EpochMeter,
@@ -98,6 +99,7 @@ class Trainer:
         self.total_steps = self.plan.total_steps
         self.local_batch = self.plan.local_batches[self.rank]  # (uneven under batch_skew)
         self._build_data()
+        PROGRESS.enter("build")
         self._build_model()
         self._build_step()
         self.call = CompiledCall(
@@ -117,6 +119,7 @@ class Trainer:
         # Data: rank 0 generates/caches first so ranks never race on the cache file. If rank 0
         # fails, the barrier tells every rank, so all raise together and the engines stay usable.
         failure = None
+        PROGRESS.enter("data" if self.rank == 0 else "data_wait")
         if self.rank == 0:
             try:
                 arrays = data.load_arrays(self.cfg_dict, self.data_dir)
@@ -127,6 +130,7 @@ class Trainer:
                 raise failure
             raise RuntimeError("rank 0 could not load the data set; its error names the cause")
         if self.rank != 0:
+            PROGRESS.enter("data")
             arrays = data.load_arrays(self.cfg_dict, self.data_dir)
         self.num_classes, self.input_shape = arrays.num_classes, arrays.input_shape
         if cfg.dataset == "synthetic":
@@ -194,6 +198,7 @@ class Trainer:
         wall0, t_setup = time.time(), time.perf_counter()
         self.setup()
         t_trace = time.perf_counter()
+        PROGRESS.enter("compile")  # until the first call returns: tracing, graph optimisation
         self.train_call.get_concrete_function()  # trace now, so trace time is its own figure
         timing = {"setup_s": t_trace - t_setup, "trace_s": time.perf_counter() - t_trace}
         m = self._meters()
@@ -211,7 +216,10 @@ class Trainer:
             t0 = time.perf_counter()
             reduced, took, guard = self._call(step, k, decided)
             t1 = time.perf_counter()
+            if "first_call_s" in timing:
+                PROGRESS.call_took(t1 - t0)
             timing.setdefault("first_call_s", t1 - t0)  # graph optimisation happens here
+            PROGRESS.enter("training", step + k)
             # host time: everything between two calls (Python, telemetry, publishing) but the
             # evaluation, which is timed apart and is not training time
             m.clock.add(k, t1 - t0, t0 - t_prev - evaluating, took)
@@ -322,7 +330,7 @@ class Trainer:
         due = self.eval_every and (step % self.eval_every == 0 or step >= self.total_steps)
         if status == "finished" and due:
             t_eval = time.perf_counter()
-            with self.step.evaluated():
+            with self.step.evaluated(), PROGRESS.during("evaluation", step):
                 point = self.val.subset()
             evaluated = time.perf_counter() - t_eval
             m.clock.add_eval(evaluated)
@@ -342,7 +350,7 @@ class Trainer:
     def _epoch_end(self, m, step: int, t_start: float) -> float:
         """The full held-out evaluation and the epoch's row; the seconds evaluated."""
         t_eval = time.perf_counter()
-        with self.step.evaluated():
+        with self.step.evaluated(), PROGRESS.during("evaluation", step):
             val = self.val.full_set() if self.val is not None else (float("nan"),) * 2
         t = time.perf_counter()
         m.clock.add_eval(t - t_eval)  # (lands in the next row's window)
@@ -351,6 +359,7 @@ class Trainer:
 
     def _finish(self, m, status, error, step, t_start, wall0) -> dict:
         """After the loop: the run judged, the final rows published, this rank's summary."""
+        PROGRESS.enter("finish", step)
         cfg, world = self.cfg, self.world
         train_time = time.perf_counter() - t_start
         if self.val is not None:  # (synthetic data has random labels: chance is all it can do)
