@@ -96,6 +96,9 @@ class Lab:
         self.runs_dir = paths.check_folder(runs_dir or default_runs, "runs_dir")  # before any
         self.data_dir = paths.check_folder(data_dir or default_data, "data_dir")  # engine starts
         self.verbose = verbose
+        state = paths.state_root(self.runs_dir, self.profile.paths.state)
+        where, own = paths.where(self.runs_dir, self.data_dir, state)
+        (self._say if own else log.info)(where)  # a user's own folder is said: docs say checkout
         self._mpiexec = mpiexec or self.profile.launch.mpiexec or None
         self.client = None
         self.view = None
@@ -135,7 +138,7 @@ class Lab:
             self.nodes,
             dict(os.environ),
             cluster_id=f"{int(time.time())}-{uuid.uuid4().hex[:6]}",
-            state_root=self.profile.paths.state or str(self.runs_dir / ".state"),
+            state_root=str(paths.state_root(self.runs_dir, self.profile.paths.state)),
             mpiexec=find_mpiexec(self._mpiexec) if local else "",
             interfaces=host.interfaces() if self.profile.network.interface else {},
             registration_timeout_s=self.start_timeout,

@@ -288,13 +288,11 @@ def _value(value, default, where: str, env: dict[str, str]):
 
 
 def folders(profile: Profile) -> tuple[Path, Path]:
-    """(runs, data) folders under `profile`: its `paths` when set, else `HPCLAB_RUNS`/`HPCLAB_DATA`
-    or the checkout's (hpclab.records.paths)."""
+    """(runs, data) folders under `profile`: `HPCLAB_RUNS`/`HPCLAB_DATA`, else its `paths`, else
+    the checkout's or the user's own (hpclab.records.paths.folder)."""
     from hpclab.records import paths
 
-    runs = Path(profile.paths.runs).expanduser() if profile.paths.runs else paths.runs_dir()
-    data = Path(profile.paths.data).expanduser() if profile.paths.data else paths.data_dir()
-    return runs, data
+    return paths.folder("runs", profile.paths.runs), paths.folder("data", profile.paths.data)
 
 
 def describe(profile: Profile) -> str:
