@@ -97,6 +97,22 @@ class Run:
             return pd.DataFrame(list(self._epochs))
 
     @property
+    def last_row(self) -> dict | None:
+        """The newest history row (a copy), or None before the first; O(1) however long the
+        run, unlike ``history`` (a DataFrame of every row), for progress bars."""
+        with self._lock:
+            return dict(self._rows[-1]) if self._rows else None
+
+    def epoch_rows(self, after: int = 0) -> list[dict]:
+        """The epoch rows numbered above ``after`` (their ``epoch``), as dicts: a caller that
+        has shown epochs up to ``after`` reads only the new ones (O(new), not O(epochs))."""
+        with self._lock:
+            i = len(self._epochs)
+            while i and self._epochs[i - 1]["epoch"] > after:
+                i -= 1
+            return [dict(r) for r in self._epochs[i:]]
+
+    @property
     def done(self) -> bool:
         return self._done.is_set()
 

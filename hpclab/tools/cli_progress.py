@@ -32,7 +32,7 @@ class Progress:
     def __init__(self, total_steps: int, enabled: bool):
         self.enabled, self.total_steps = enabled, total_steps
         self.bar = None
-        self.epochs_seen = 0
+        self.epochs_seen = 0  # the number of the last epoch printed
         self._lock = threading.Lock()  # called from the run's monitor thread and at the end
 
     def start(self) -> None:
@@ -53,10 +53,9 @@ class Progress:
             return
         if sys.stderr.isatty():
             bar = self.bar  # close() may run meanwhile on the main thread
-            history = run.history
-            if bar is None or history.empty:
+            last = run.last_row  # the newest row only: the cost stays flat over a long run
+            if bar is None or last is None:
                 return
-            last = history.iloc[-1]
             bar.n = int(num(last.get("step"), 0))
             bar.set_postfix(
                 {
@@ -68,8 +67,8 @@ class Progress:
             )
             bar.refresh()
         else:
-            epochs = run.epochs
-            for _, row in epochs.iloc[self.epochs_seen :].iterrows():
+            new = run.epoch_rows(after=self.epochs_seen)  # only the epochs not yet printed
+            for row in new:
                 say(
                     f"  epoch {int(num(row.get('epoch'), 0))}: "
                     f"step {int(num(row.get('step'), 0))}, "
@@ -77,7 +76,8 @@ class Progress:
                     f"val_acc {num(row.get('val_accuracy')):.3f}, "
                     f"{num(row.get('samples_per_sec')):,.0f} samples/s"
                 )
-            self.epochs_seen = len(epochs)
+            if new:
+                self.epochs_seen = int(new[-1]["epoch"])
 
     def close(self, run=None) -> None:
         """Draw the last state of `run` (if given), then stop drawing."""
