@@ -180,13 +180,14 @@ def test_publisher_sends_sequence_numbered_recent_rows_on_its_cadence():
     publisher.publish("running", 0)  # a start message leaves the cadence alone
     assert publisher.due(0.0)
     publisher.rows.extend({"step": i} for i in range(1, Publisher.ROWS_PER_MESSAGE + 11))
-    publisher.epochs.extend({"epoch": e} for e in (1, 2))
+    publisher.epochs.extend({"epoch": e} for e in range(1, Publisher.EPOCHS_PER_MESSAGE + 6))
     publisher.publish("running", 50, now=10.0)
     assert not publisher.due(10.4) and publisher.due(10.5)
     assert [m["hpclab"]["seq"] for m in sent] == [1, 2]
     last = sent[-1]["hpclab"]
     assert last["rows"][0]["step"] == 11 and len(last["rows"]) == Publisher.ROWS_PER_MESSAGE
-    assert [e["epoch"] for e in last["epochs"]] == [1, 2]  # all of them: the client slices
+    # the latest epoch rows only, a bounded window like the rows (the client dedupes by epoch)
+    assert [e["epoch"] for e in last["epochs"]] == list(range(6, Publisher.EPOCHS_PER_MESSAGE + 6))
     assert (last["state"], last["step"], last["total_steps"]) == ("running", 50, 100)
 
 

@@ -1,14 +1,17 @@
-"""Live telemetry whose cost stays flat over a long run (issue 31), no engines.
+"""Live telemetry whose cost stays flat over a long run (issue 31, items 1 and 2), no engines.
 
 A simulated run — rows and epoch rows made by rank 0's real meters (hpclab.rank.meters:
 WindowMeter, EpochMeter, Publisher) from generated telemetry, no training — is published the way
 ipyparallel's datapub carries it (only the latest message per engine is visible) to a real
-client `Run`, whose monitor thread merges the messages. Checked: the CLI progress reads only the
-newest rows.
+client `Run`, whose monitor thread merges the messages into its history, epoch table and run
+folder. Checked: a message's pickled size does not grow with the run's length; a client that
+falls behind by more than a message reaches back loses nothing by the end (rank 0's result fills
+the gaps, rows and epoch rows alike); the CLI progress reads only the newest rows.
 """
 
 import io
 import math
+import pickle
 import threading
 
 import numpy as np
@@ -19,7 +22,7 @@ from hpclab.cluster.run import Run
 from hpclab.core import pop
 from hpclab.core.config import RunConfig
 from hpclab.rank.meters import DETAIL, REDUCED, EpochMeter, Publisher, WindowMeter
-from hpclab.records.store import RunStore
+from hpclab.records.store import RunStore, load_run
 from hpclab.tools.cli_progress import Progress
 
 WORLD, BATCH = 2, 64
@@ -158,6 +161,53 @@ def fast_monitor(monkeypatch):
     """The monitor looks every millisecond instead of every 0.2 s, so a long simulated run
     fits in a test; what it does on each look is unchanged."""
     monkeypatch.setattr(run_module, "POLL_S", 0.001)
+
+
+def test_a_long_runs_messages_stay_flat_and_a_slow_client_loses_nothing(tmp_path, fast_monitor):
+    epochs, stall_at, stall = 10_000, 5_000, 3 * Publisher.EPOCHS_PER_MESSAGE
+    keep_up = Publisher.ROWS_PER_MESSAGE // ROWS_PER_EPOCH  # epochs a message still reaches back
+    pubs = [Datapub() for _ in range(WORLD)]
+    rank0 = Rank0(pubs[0].send)
+    run = _client(tmp_path, pubs)
+    seen = Seen(run)
+    sizes, live_missed = {}, None
+    while len(rank0.epochs.rows) < epochs:
+        done = len(rank0.epochs.rows)
+        # the client keeps up (a burst within what a message reaches back), except once: it
+        # stalls for `stall` epochs, more than a message reaches back, rows and epochs alike
+        stalls = done >= stall_at and live_missed is None
+        burst = stall if stalls else min(keep_up, epochs - done)
+        pubs[0].client_away(stalls)
+        for _ in range(burst):
+            rank0.epoch()
+            n = len(rank0.epochs.rows)
+            if n in (10, 100, 1_000, 10_000):
+                sizes[n] = len(pickle.dumps(pubs[0].latest))
+        pubs[0].client_away(False)  # back: it sees the latest message only
+        seen.wait_for(run, rank0.step, len(rank0.epochs.rows))
+        if stalls:
+            live_missed = (
+                len(rank0.publisher.rows) - len(run.history),
+                len(rank0.epochs.rows) - len(run.epochs),
+            )
+    pubs[1].result = {"weights_digest": "same", "sdc": None}
+    pubs[0].result = rank0.result()
+    run.wait(timeout=60)
+
+    print(f"\n[telemetry] pickled message bytes after N epochs: {sizes}; live gap {live_missed}")
+    # flat: 100x the run (once both windows are full) adds only the wider integers of steps
+    assert sizes[10_000] <= 1.01 * sizes[100], sizes
+    assert sizes[10] <= sizes[100]  # (the windows were not full yet)
+    rows_missed, epochs_missed = live_missed
+    assert rows_missed > 0 and epochs_missed > 0  # the stall did lose messages live...
+    want_steps = [r["step"] for r in rank0.publisher.rows]
+    want_epochs = list(range(1, epochs + 1))
+    assert run.history["step"].tolist() == want_steps  # ...and the end filled every gap
+    assert run.epochs["epoch"].tolist() == want_epochs
+    record = load_run(run.path)
+    assert record.history["step"].tolist() == want_steps
+    assert record.epochs["epoch"].tolist() == want_epochs
+    assert record.epochs["loss"].tolist() == pytest.approx([e["loss"] for e in rank0.epochs.rows])
 
 
 class Tty(io.StringIO):

@@ -1,10 +1,11 @@
 """`Run`: the client-side handle of one training run.
 
 A background thread polls each rank's ipyparallel AsyncResult: rank 0's published telemetry
-(datapub keeps only the latest value, so rank 0 publishes the recent rows with their step and the
-client keeps the history), and every rank's completion or death. Rows go to the run folder as they
-arrive (`hpclab.records.store.RunStore`), then to any `on_update` callbacks (the dashboard). The handle never
-blocks the notebook: `lab.run()` returns at once and `wait()` is opt-in.
+(datapub keeps only the latest value, so rank 0 publishes a bounded window of the recent rows and
+epoch rows, and the client keeps the history), and every rank's completion or death. Rows go to
+the run folder as they arrive (`hpclab.records.store.RunStore`), then to any `on_update`
+callbacks (the dashboard). The handle never blocks the notebook: `lab.run()` returns at once and
+`wait()` is opt-in.
 
 The monitor thread never prints (that would land in whatever notebook cell happens to run): what
 it has to say goes to the ``hpclab.cluster.run`` logger, and the handle carries the state (`status`,
@@ -239,7 +240,8 @@ class Run:
             last = self._rows[-1]["step"] if self._rows else -1
             new_rows = [r for r in rows if r["step"] > last]
             self._measure_windows(new_rows)
-            new_epochs = epochs[len(self._epochs) :]
+            last_epoch = self._epochs[-1]["epoch"] if self._epochs else 0
+            new_epochs = [e for e in epochs if e["epoch"] > last_epoch]
             self._rows.extend(new_rows)
             self._epochs.extend(new_epochs)
         if new_rows:
@@ -260,20 +262,39 @@ class Run:
         for earlier, later in zip(times, times[1:]):
             self._longest_gap_s = max(self._longest_gap_s, float(later - earlier))
 
-    def _fill_gaps(self, rows: list[dict]) -> None:
-        """Rank 0 returns every row at the end; live messages carry only the latest ones, so a
-        client away for longer than they reach back (a paused notebook) missed some. Those
-        take their place in the history and in the record."""
+    def _fill_gaps(self, rows: list[dict], epochs: list[dict]) -> None:
+        """Rank 0 returns every row and epoch row at the end; live messages carry only the
+        latest ones (hpclab.rank.meters.Publisher), so a client away for longer than they reach
+        back (a paused notebook) missed some. Those take their place in the history, the epoch
+        table and the record."""
+        rows_missed = self._fill("_rows", "step", rows)
+        if rows_missed is not None:
+            self._write("rows", lambda: self._store.rewrite_history(rows_missed[1]))
+        epochs_missed = self._fill("_epochs", "epoch", epochs)
+        if epochs_missed is not None:
+            self._write("epoch rows", lambda: self._store.rewrite_epochs(epochs_missed[1]))
+        for what, filled in (("rows", rows_missed), ("epoch rows", epochs_missed)):
+            if filled is not None:
+                log.info(
+                    "run %s: %d %s the client missed came with the result",
+                    self.run_id,
+                    filled[0],
+                    what,
+                )
+
+    def _fill(self, table: str, key: str, complete: list[dict]) -> tuple[int, list] | None:
+        """Put the rows of ``complete`` missing before the last one of ``self.<table>`` (by
+        ``key``) in their place; (how many, the whole table) or None if none was missing."""
         with self._lock:
-            seen = {r["step"] for r in self._rows}
-            last = self._rows[-1]["step"] if self._rows else -1
-            missed = [r for r in rows if r["step"] < last and r["step"] not in seen]
+            have = getattr(self, table)
+            seen = {r[key] for r in have}
+            last = have[-1][key] if have else -1
+            missed = [r for r in complete if r[key] < last and r[key] not in seen]
             if not missed:
-                return
-            self._rows = sorted(self._rows + missed, key=lambda r: r["step"])
-            complete = list(self._rows)
-        log.info("run %s: %d rows the client missed came with the result", self.run_id, len(missed))
-        self._write("rows", lambda: self._store.rewrite_history(complete))
+                return None
+            merged = sorted(have + missed, key=lambda r: r[key])
+            setattr(self, table, merged)
+            return len(missed), list(merged)
 
     def _write(self, what: str, write: Callable[[], None]) -> None:
         """Write to the run folder, until a write fails (a full disk, a deleted folder): then
@@ -320,9 +341,9 @@ class Run:
             )
             return
         rank0 = outcomes[0]
-        rows = rank0.pop("rows", [])
-        self._fill_gaps(rows)
-        self._merge(rows, rank0.pop("epochs", []))
+        rows, epochs = rank0.pop("rows", []), rank0.pop("epochs", [])
+        self._fill_gaps(rows, epochs)
+        self._merge(rows, epochs)
         summary = {k: v for k, v in rank0.items() if k != "rank"}
         summary["weights_digest"] = [o["weights_digest"] for o in outcomes]
         if summary.get("sdc"):  # every rank's weight digest right after the flip, its values

@@ -315,12 +315,16 @@ class Publisher:
     """Rank 0's live feed to the client through ipyparallel's datapub.
 
     datapub keeps only the latest value per engine and the client polls it every 0.2 s, so each
-    message carries a sequence number and the rows of the last few publishes (never the whole
-    history: the pickling cost stays constant over a long run); the client dedupes rows by step
-    and takes the epoch rows it has not seen.
+    message carries a sequence number, the last ``ROWS_PER_MESSAGE`` history rows and the last
+    ``EPOCHS_PER_MESSAGE`` epoch rows — a bounded resend window, never a whole list, so a
+    message's size and pickling cost do not grow with the run's length
+    (tests/test_telemetry_flat.py). The client dedupes rows by ``step`` and epoch rows by
+    ``epoch``; a client away for longer than a window reaches back misses some live, and they
+    come with rank 0's result at the end (``hpclab.cluster.run.Run._fill_gaps``).
     """
 
     ROWS_PER_MESSAGE = 32
+    EPOCHS_PER_MESSAGE = 32
 
     def __init__(self, send: Callable[[dict], None] | None, every_s: float, total_steps: int):
         self.send, self.every_s, self.total_steps = send, every_s, total_steps
@@ -347,7 +351,7 @@ class Publisher:
                     "seq": self.seq,
                     "state": state,
                     "rows": self.rows[-self.ROWS_PER_MESSAGE :],
-                    "epochs": self.epochs,  # one row an epoch: small; the client slices it
+                    "epochs": self.epochs[-self.EPOCHS_PER_MESSAGE :],
                     "step": step,
                     "total_steps": self.total_steps,
                 }

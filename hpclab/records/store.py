@@ -229,6 +229,11 @@ class RunStore:
     def append_epochs(self, rows: list[dict]) -> None:
         append_jsonl(self.path / "epochs.jsonl", rows, self.file_mode)
 
+    def rewrite_epochs(self, rows: list[dict]) -> None:
+        """Replace the epoch rows with `rows` in one atomic write (as rewrite_history)."""
+        text = "".join(dumps(r, sort_keys=True) + "\n" for r in rows)
+        write_text_atomic(self.path / "epochs.jsonl", text, self.file_mode)
+
     def write_summary(self, summary: dict) -> None:
         write_json_atomic(self.path / "summary.json", summary, self.file_mode)
 
