@@ -88,6 +88,7 @@ class Lab:
         if launcher is not None:
             mode = LAUNCHERS[launcher]
             self.profile = replace(self.profile, launch=replace(self.profile.launch, mode=mode))
+        profiles.check_login_node(self.profile, self.profile_reason, launcher)  # before any start
         self.workers = workers
         self.nodes = nodes
         self.threads_per_worker = threads_per_worker

@@ -6,7 +6,8 @@ or an `sbatch` job from a login node) and with what shape (threads, GPUs, MPI pl
 module only reads, expands and validates profiles.
 
 Lookup (first hit wins): `Lab(profile=...)` (a name, a path or a `Profile`) → `$HPCLAB_PROFILE`
-→ auto-detection (`SLURM_JOB_ID` set → the built-in `slurm-allocation`, else `local`). Names are
+→ auto-detection (`SLURM_JOB_ID` set → the built-in `slurm-allocation`, else `local`, which
+`check_login_node` refuses on a Slurm login node unless someone chose it). Names are
 searched as `<name>.toml` in `$HPCLAB_PROFILE_PATH` (colon-separated), `~/.config/hpclab/profiles`,
 `<sys.prefix>/etc/hpclab/profiles` and `/etc/hpclab/profiles`. String values expand `${VAR}`
 from the environment; an unset variable is an error naming the file and key.
@@ -37,6 +38,7 @@ class Launch:
     engine_prefix: tuple[str, ...] = ()  # e.g. ("apptainer", "exec", "/sw/hpclab.sif")
     python: str = ""  # the engines' interpreter if not the kernel's sys.executable
     mpiexec: str = ""  # mode mpiexec: path of mpiexec (default: beside Python, then PATH)
+    local_on_login: bool = False  # mode auto may start engines on a Slurm login node
 
 
 @dataclass(frozen=True)
@@ -169,6 +171,33 @@ def resolve(choice: str | Path | Profile | None = None, env: dict[str, str] | No
     if env.get("SLURM_JOB_ID"):  # a site file of the same name wins over the built-in
         return load("slurm-allocation", env), "auto: SLURM_JOB_ID is set"
     return load("local", env), "auto: default"
+
+
+def check_login_node(
+    profile: Profile, how: str, launcher: str | None = None, env: dict[str, str] | None = None
+) -> None:
+    """Refuse (ConfigError, one sentence) to start engines on a Slurm login node by accident.
+
+    Mode `auto` outside an allocation means `mpiexec` on this host; on a login node
+    (`hpclab.cluster.host.slurm_login_node`) that puts TensorFlow engines next to everyone's
+    editors. Allowed when someone chose it: the user asked for `local` by name (`profile=`,
+    `HPCLAB_PROFILE`) or for `launcher='mpiexec'`, the profile's mode is `mpiexec`, or the
+    profile sets `launch.local_on_login = true`."""
+    from hpclab.cluster import host
+
+    if profile.launch.mode != "auto" or profile.launch.local_on_login:
+        return
+    if launcher not in (None, "auto") or (profile.name == "local" and not how.startswith("auto")):
+        return
+    found = host.slurm_login_node(env)
+    if found:
+        raise ConfigError(
+            f"this looks like a Slurm login node ({found}) with no allocation (SLURM_JOB_ID is "
+            f"unset), so profile {profile.name!r} ({how}) would start the engines here; choose "
+            'where they run with profile= or HPCLAB_PROFILE: a profile with launch.mode = "sbatch" '
+            'submits them as a job, profile="local" runs them on this node anyway (a centre '
+            "allows that with launch.local_on_login = true), or start inside an allocation (salloc)."
+        )
 
 
 def load(name_or_path: str | Path, env: dict[str, str] | None = None) -> Profile:
@@ -306,4 +335,14 @@ def describe(profile: Profile) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["Profile", "BUILTIN", "resolve", "load", "parse", "available", "describe", "folders"]
+__all__ = [
+    "Profile",
+    "BUILTIN",
+    "resolve",
+    "load",
+    "parse",
+    "available",
+    "describe",
+    "folders",
+    "check_login_node",
+]
