@@ -376,7 +376,12 @@ def test_a_batch_systems_signal_stops_the_run_like_ctrl_c(signame, tmp_path):
     assert f"{signame} received" in err and "Traceback" not in err
     summary = json.loads(out)
     assert summary["status"] == "stopped"
-    assert load_run(summary["path"]).status == "stopped"
+    record = load_run(summary["path"])
+    assert record.status == "stopped"
+    # what the signal meant, in the record (outside a Slurm job SIGTERM says nothing more)
+    reason = {"SIGTERM": "terminated", "SIGUSR1": "walltime"}[signame]
+    assert record.summary["stop_reason"] == summary["stop_reason"] == reason, summary
+    assert summary["stop_detail"].startswith(signame), summary
     _, alive = psutil.wait_procs(children, timeout=10)
     assert not alive, f"left running after {took:.1f} s: {[p.pid for p in alive]}"
 

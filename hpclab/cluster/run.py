@@ -75,6 +75,7 @@ class Run:
         self.error: str | None = None
         self.started = time.time()
         self._stop_requested_at: float | None = None
+        self._stop_reason: tuple[str, str] | None = None
         self._unstoppable: str | None = None  # why a stop request could not reach the ranks
         self._training_seen = False  # rank 0 has published from inside the training loop
         self._loop_left = False  # rank 0 published a final state: every rank left it
@@ -137,10 +138,13 @@ class Run:
             raise RunFailed(f"run {self.run_id} {self.status}: {self.error}")
         return self.summary or {}
 
-    def stop(self, timeout: float = 5.0) -> None:
-        """Ask every rank to stop after the same step; wait up to `timeout` s for them."""
+    def stop(self, timeout: float = 5.0, reason: tuple[str, str] | None = None) -> None:
+        """Ask every rank to stop after the same step; wait up to `timeout` s for them.
+        ``reason``: (word, sentence) for the record of a stopped run — e.g. ("walltime", "SIGUSR1:
+        ...") from :func:`hpclab.tools.stop_signals.last_reason`; default ("requested", ...)."""
         if self.done:
             return
+        self._stop_reason = reason or ("requested", "stopped on request (run.stop())")
         self._stop_requested_at = time.time()
         try:
             self._store.request_stop()
@@ -472,6 +476,8 @@ class Run:
             "config": self.config.to_dict(),
             "wall_time_s": summary.get("wall_time_s", time.time() - self.started),
         }
+        if status == "stopped" and self._stop_reason is not None:
+            summary["stop_reason"], summary["stop_detail"] = self._stop_reason
         notes = [summary["error"]] if summary["error"] else []
         if self.disk_error is not None:
             notes.append(f"(the run folder stopped taking rows: {self.disk_error})")

@@ -37,10 +37,7 @@ diverged and collapsed ones included, and 1 if any point failed or was stopped.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import signal
 import sys
-import threading
 import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -50,6 +47,7 @@ from hpclab.tools import cli_plan, cli_profiles, cli_run, doctor
 from hpclab.tools import cli_records as cli_runs
 from hpclab.tools.cli_progress import say
 from hpclab.tools.cli_run import EXIT_CODES
+from hpclab.tools.stop_signals import signals_stop_like_ctrl_c
 
 
 @dataclass(frozen=True)
@@ -142,7 +140,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return EXIT_CODES["usage"]
     try:
-        with _signals_stop_like_ctrl_c():
+        with signals_stop_like_ctrl_c(say):
             return COMMANDS[args.command].run(args)
     except (ConfigError, FileNotFoundError, LabError, RecordError) as exc:
         say(f"hpclab {args.command}: {_sentence(exc)}")
@@ -156,31 +154,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:  # e.g. during engine start-up; runs handle Ctrl-C themselves
         say(f"\nhpclab {args.command}: interrupted.")
         return EXIT_CODES["interrupted"]
-
-
-#: Signals that stop a command the way Ctrl-C does: a batch system's walltime warning
-#: (sbatch --signal=B:USR1@120), scancel and a job's end (TERM), a closed terminal (HUP).
-STOP_SIGNALS = ("SIGTERM", "SIGHUP", "SIGUSR1")
-
-
-@contextlib.contextmanager
-def _signals_stop_like_ctrl_c():
-    """While a command runs, turn STOP_SIGNALS into KeyboardInterrupt (so the run is stopped
-    collectively and recorded, and the engines shut down); the previous handlers come back after."""
-    if threading.current_thread() is not threading.main_thread():
-        yield  # only the main thread may set handlers (an embedding application's choice)
-        return
-
-    def handler(signum, frame):
-        say(f"\nhpclab: {signal.Signals(signum).name} received; stopping as for Ctrl-C.")
-        raise KeyboardInterrupt
-
-    before = {name: signal.signal(getattr(signal, name), handler) for name in STOP_SIGNALS}
-    try:
-        yield
-    finally:
-        for name, previous in before.items():
-            signal.signal(getattr(signal, name), previous)
 
 
 def _sentence(exc: BaseException) -> str:

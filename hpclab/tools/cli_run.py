@@ -19,6 +19,7 @@ from hpclab.core.engine_settings import EngineSettings
 from hpclab.records import jsonio
 from hpclab.tools.cli_fields import add_field_options, base_config, field_values
 from hpclab.tools.cli_progress import Progress, say
+from hpclab.tools.stop_signals import last_reason
 
 #: Exit status of ``hpclab`` commands: a run's end status, or how the command itself ended.
 EXIT_CODES = {
@@ -214,7 +215,7 @@ def run(args: argparse.Namespace) -> int:
                 progress.close()
                 say("\nhpclab run: interrupted — stopping every rank after the same step ...")
                 try:
-                    handle.stop(timeout=15)
+                    handle.stop(timeout=15, reason=last_reason())
                     _wait_quietly(handle, timeout=15)
                 except KeyboardInterrupt:
                     say(

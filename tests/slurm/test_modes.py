@@ -177,6 +177,8 @@ def test_c_headless_batch_job_runs_once_and_scancel_term_keeps_a_stopped_record(
     assert stopped["status"] == "stopped"
     record = json.loads((Path(stopped["path"]) / "summary.json").read_text())
     assert record["status"] == "stopped"
+    # a TERM to the batch shell alone leaves the job RUNNING: Slurm names no cause, nor do we
+    assert record["stop_reason"] == "terminated", record
     assert_nothing_left(slurm)
 
 
