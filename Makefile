@@ -39,8 +39,17 @@ lab: setup ## JupyterLab on the workshop notebooks (prints the URL with its toke
 strip: setup ## clear outputs and execution counts of notebooks/*.ipynb (before a commit)
 	$(VENV)/bin/jupyter nbconvert --clear-output --inplace notebooks/*.ipynb
 
-kernel: setup ## install a Jupyter kernel "Python (hpclab)" for this venv (for a JupyterHub running another env)
-	$(PY) -m ipykernel install --user --name hpclab --display-name "Python (hpclab)"
+# `make kernel` options (scripts/install_kernel.py): KERNEL_PREFIX empty installs for you only;
+# a folder (e.g. /usr/local, or the hub's env) for every user of a Jupyter reading
+# <folder>/share/jupyter; "sys" into this venv. KERNEL_ENV="K=V K2=V2" is the kernel's
+# environment; KERNEL_SETUP="module load ..." runs in bash before the kernel starts.
+KERNEL_PREFIX ?=
+KERNEL_ENV ?=
+KERNEL_SETUP ?=
+kernel: setup ## install the Jupyter kernel "Python (hpclab)" (KERNEL_PREFIX, KERNEL_ENV, KERNEL_SETUP: see above)
+	$(PY) scripts/install_kernel.py \
+	  $(if $(filter sys,$(KERNEL_PREFIX)),--sys-prefix,$(if $(KERNEL_PREFIX),--prefix "$(KERNEL_PREFIX)")) \
+	  $(foreach e,$(KERNEL_ENV),--env "$(e)") $(if $(KERNEL_SETUP),--setup "$(KERNEL_SETUP)")
 
 bench: setup ## throughput benchmarks
 	$(PY) benchmarks/run.py

@@ -321,3 +321,69 @@ def test_the_mnist1d_cache_name_is_the_ranks_own(tmp_path):
     from hpclab.records.paths import mnist1d_cache
 
     assert mnist1d_cache(4000, 3, tmp_path) == mnist1d_cache_path(4000, 3, tmp_path)
+
+
+KERNEL_CLIENT = textwrap.dedent(
+    """
+    import json
+    from jupyter_client.manager import start_new_kernel
+
+    km, kc = start_new_kernel(kernel_name="hpclab", startup_timeout=60)
+    said = []
+    try:
+        kc.execute_interactive(
+            "import json, os, sys; print(json.dumps([os.environ.get('FROM_SETUP'), "
+            "os.environ.get('HPCLAB_PROFILE'), sys.executable, os.getuid()]))",
+            output_hook=lambda m: said.append(m["content"].get("text", "")),
+            timeout=60,
+        )
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+    print("RESULT " + "".join(said).strip(), flush=True)
+    """
+)
+
+
+@pytest.mark.slow
+def test_make_kernel_for_every_user_carries_environment_and_setup(student):
+    """`make kernel KERNEL_PREFIX=... KERNEL_ENV=... KERNEL_SETUP=...` as staff (root) into a
+    read-only prefix; the second user's Jupyter client starts that kernel, whose environment has
+    the spec's variable and what the setup line exported. (`-o setup`: the venv exists; `make
+    setup` is not re-run by a test.)"""
+    name, home = student
+    top = Path(tempfile.mkdtemp(prefix="hpclab-kernel-", dir="/tmp"))
+    try:
+        top.chmod(0o755)
+        made = subprocess.run(
+            [
+                "make",
+                "-s",
+                "-o",
+                "setup",
+                "kernel",
+                f"KERNEL_PREFIX={top}",
+                "KERNEL_ENV=HPCLAB_PROFILE=gpu",
+                "KERNEL_SETUP=export FROM_SETUP=yes",
+            ],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert made.returncode == 0, made.stdout + made.stderr
+        spec = top / "share" / "jupyter" / "kernels" / "hpclab" / "kernel.json"
+        assert json.loads(spec.read_text())["env"] == {"HPCLAB_PROFILE": "gpu"}
+        _read_only(top)
+        env = _student_env(name, home, JUPYTER_PATH=str(top / "share" / "jupyter"))
+        done = _as_user(name, [PY, "-c", KERNEL_CLIENT], env, str(home), 120)
+        result = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+        assert done.returncode == 0 and result, done.stdout[-2000:] + done.stderr[-2000:]
+        setup, profile, python, uid = json.loads(result[0][len("RESULT ") :])
+        assert (setup, profile, python) == ("yes", "gpu", PY)
+        assert uid == os.stat(home).st_uid  # the student's kernel, not staff's
+    finally:
+        for p in [top, *top.rglob("*")]:
+            if p.is_dir() and not p.is_symlink():
+                p.chmod(0o755)
+        shutil.rmtree(top, ignore_errors=True)
