@@ -4,7 +4,8 @@
     the same inside a job step (batchspawner's shape) gets --overlap; 2 nodes; and a forced
     `--mpi=none` must fail before any step with the world-size sentence naming --mpi.
 (b) by submission: from this process (the "login node") the engines go in as a batch job; a job
-    held in the queue shows PENDING, then trains; stop cancels the job.
+    held in the queue shows PENDING, then trains; stop cancels the job; a client killed while
+    its job is pending leaves no job and no process (the reaper cancels it).
 (c) headless: `sbatch --wait` a script running `hpclab run --json`; `scancel --signal=TERM`
     mid-run leaves a record that says `stopped`.
 Each test ends with no engine, step or job left (checked by pid and squeue).
@@ -140,6 +141,50 @@ def test_b_engines_submitted_from_the_login_node_wait_in_the_queue_then_train(
         time.sleep(0.5)
     assert job not in slurm.jobs()
     assert_nothing_left(slurm)
+
+
+def test_b_a_client_killed_while_its_job_is_pending_leaves_no_job_and_no_process(slurm, tmp_path):
+    """The client (a kernel restarted, a closed laptop's OOM kill) dies with SIGKILL while its
+    engines' job waits in the queue: the reaper, started before the controller, cancels the job
+    by name and ends the controller, so nothing idles until the walltime."""
+    import client_process
+
+    held = tmp_path / "held.toml"
+    held.write_text(
+        (PROFILES / "ci-login.toml")
+        .read_text()
+        .replace('time = "00:10:00"', 'time = "00:10:00"\nextra_sbatch = ["--begin=now+600"]')
+        .replace("queue_timeout_s = 60", "queue_timeout_s = 600")
+    )
+    code = (
+        "from hpclab import Lab\nprint('START', flush=True)\n"
+        f"Lab(workers=2, profile={str(held)!r}, runs_dir={str(tmp_path / 'runs')!r})\n"
+    )
+    proc = client_process.start(code, tmp_path, env=slurm.env)
+    client_process.read_line(proc, "START", timeout=120)
+    deadline = time.monotonic() + 120
+    while not slurm.jobs() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)  # until the engines' job is in the queue
+    jobs = slurm.jobs()
+    assert jobs, proc.stderr.read() if proc.poll() is not None else "no job after 120 s"
+    state = slurm.run(["squeue", "-h", "-o", "%T", "-j", jobs[0]], timeout=10).stdout.strip()
+    assert state == "PENDING", state
+    proc.kill()  # SIGKILL: no atexit hook, no handler runs
+    proc.wait()
+    t0 = time.monotonic()
+    while slurm.jobs() and time.monotonic() - t0 < 20:
+        time.sleep(0.2)
+    print(
+        f"\nthe pending job {jobs[0]} left the queue {time.monotonic() - t0:.1f} s after the kill"
+    )
+    assert not slurm.jobs(), f"the killed client's job {jobs} is still queued 20 s later"
+    assert_nothing_left(slurm)
+    while time.monotonic() - t0 < 30:  # the reaper itself ends once its lab is gone
+        lab = [cmd for _, cmd in slurm.processes() if "reaper.py" in cmd or "ipyparallel" in cmd]
+        if not lab:
+            break
+        time.sleep(0.2)
+    assert not lab, lab
 
 
 def test_c_headless_batch_job_runs_once_and_scancel_term_keeps_a_stopped_record(slurm, tmp_path):
