@@ -19,7 +19,6 @@ next one in a shared runs folder.
 from __future__ import annotations
 
 import os
-import pwd
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -101,9 +100,12 @@ def _can_write(path: Path) -> bool:
 
 
 def _user() -> str:
+    """This process's user name from its uid (not $USER, which `su` and `sudo -E` carry over)."""
     try:
+        import pwd  # POSIX only, like the MPI launchers this serves
+
         return pwd.getpwuid(os.getuid()).pw_name
-    except KeyError:  # a uid without a passwd entry (some containers)
+    except (ImportError, KeyError):  # a uid without a passwd entry (some containers)
         return str(os.getuid())
 
 
