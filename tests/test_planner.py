@@ -116,6 +116,16 @@ def test_plan_is_public_and_on_the_command_line(tmp_path, capsys):
     assert line["paragraph"].startswith("To reach held-out accuracy 0.8")
 
 
+def test_an_output_that_cannot_be_written_is_one_sentence_not_a_traceback(tmp_path, capsys):
+    from hpclab.tools.cli import main
+
+    path = recorded().save(tmp_path / "m.json")
+    code = main(["plan", "--measurements", str(path), "-o", "/proc/hpclab-nowhere/plan.html"])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err, err
+    assert err.startswith("hpclab plan: /proc/hpclab-nowhere") and err.count("\n") == 1, err
+
+
 # --- held-out checks on real ranks ------------------------------------------------------------
 
 
