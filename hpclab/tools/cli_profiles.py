@@ -21,6 +21,7 @@ from hpclab.cluster import profiles
 from hpclab.cluster.launch import LaunchPlan
 from hpclab.cluster.profiles import Profile
 from hpclab.core.errors import ConfigError
+from hpclab.records import paths
 from hpclab.tools.cli_run import positive_int
 
 DEFAULT_WORKERS = 2
@@ -349,7 +350,7 @@ def _plan(profile: Profile, workers: int, threads: int, nodes: int) -> tuple[Lau
         nodes,
         env,
         cluster_id="ID",
-        state_root=profile.paths.state or str(runs / ".state"),
+        state_root=str(paths.state_root(runs, profile.paths.state)),
         mpiexec=mpiexec,
         interfaces=addresses,
         horovod=EngineSettings().env(),  # a Lab's defaults

@@ -107,7 +107,7 @@ def configure_runs(parser: argparse.ArgumentParser) -> None:
         type=Path,
         default=None,
         metavar="DIR",
-        help="where runs are recorded (default: $HPCLAB_RUNS or <checkout>/runs)",
+        help="where runs are recorded (default: $HPCLAB_RUNS, the profile's, <checkout>/runs if writable, else your own folder)",
     )
 
 

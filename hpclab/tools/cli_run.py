@@ -117,14 +117,14 @@ def _add_lab_options(parser: argparse.ArgumentParser, *, many: bool) -> None:
         type=Path,
         default=None,
         metavar="DIR",
-        help="where runs are recorded (default: $HPCLAB_RUNS or <checkout>/runs)",
+        help="where runs are recorded (default: $HPCLAB_RUNS, the profile's, <checkout>/runs if writable, else your own folder)",
     )
     group.add_argument(
         "--data-dir",
         type=Path,
         default=None,
         metavar="DIR",
-        help="generated and staged datasets (default: $HPCLAB_DATA or <checkout>/data)",
+        help="generated and staged datasets (default: $HPCLAB_DATA, the profile's, <checkout>/data if writable, else your own folder)",
     )
 
 

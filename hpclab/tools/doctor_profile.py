@@ -33,6 +33,7 @@ from pathlib import Path
 from hpclab.cluster import host, profiles
 from hpclab.cluster.profiles import Profile
 from hpclab.core.errors import ConfigError, LabError
+from hpclab.records import paths
 
 WORKERS = 2
 COMMAND_TIMEOUT_S = 30
@@ -313,7 +314,7 @@ def checks(
     done.append(check_network(profile, mode, env, addresses))
     yield done[-1]
     runs, _ = profiles.folders(profile)
-    state = Path(profile.paths.state).expanduser() if profile.paths.state else runs / ".state"
+    state = paths.state_root(runs, profile.paths.state)
     for label, path, key in (("runs folder", runs, "runs"), ("state folder", state, "state")):
         done.append(check_folder(label, path, key, profile.source))
         yield done[-1]
