@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from hpclab.core.engine_settings import FORMER_RUN_CONFIG_FIELDS, THROUGHPUT_FIELDS, EngineSettings
+from hpclab.core.engine_settings import FORMER_RUN_CONFIG_FIELDS, EngineSettings
 from hpclab.core.errors import RecordError
 from hpclab.records.jsonio import (
     append_jsonl,
@@ -291,34 +291,20 @@ def _created_epoch(created) -> float | None:
 
 
 def list_runs(root: Path | str | None = None) -> pd.DataFrame:
-    """One row per recorded run under `root` (default: hpclab.records.paths.runs_dir()), newest first."""
+    """One row per recorded run under `root` (default: hpclab.records.paths.runs_dir()), newest
+    first. Read through the runs root's index (:mod:`hpclab.records.index`): only run folders
+    that changed since the last look are parsed."""
+    from hpclab.records.index import scan
+
     root = Path(root) if root is not None else default_root()
     rows = []
-    for cfg_path in sorted(root.glob("*/config.json")):
-        files = _readable(cfg_path)
-        if files is None:
-            continue
-        meta, summary = files
-        cfg = meta.get("config") if isinstance(meta.get("config"), dict) else {}
-        rows.append(
-            {
-                "run_id": meta.get("run_id", cfg_path.parent.name),
-                "status": summary.get("status") or unfinished_status(meta),
-                "name": cfg.get("name", ""),
-                "dataset": cfg.get("dataset"),
-                "model": cfg.get("model"),
-                "workers": meta.get("workers"),
-                "global_batch": meta.get("derived", {}).get("global_batch"),
-                "lr_scaling": cfg.get("lr_scaling"),
-                "optimizer": cfg.get("optimizer"),
-                "precision": cfg.get("precision"),
-                "val_accuracy": summary.get("val_accuracy"),
-                "samples_per_sec": summary.get("samples_per_sec"),
-                "wall_time_s": summary.get("wall_time_s"),
-                "created": meta.get("created"),
-                "path": str(cfg_path.parent),
-            }
-        )
+    for entry in scan(root):
+        row = dict(entry.row)
+        if not row.get("status"):  # no end recorded: is its client still there?
+            meta = {"client": entry.client.get("client"), "created": entry.client.get("created")}
+            row["status"] = unfinished_status(meta)
+        row["path"] = str(root / entry.name)
+        rows.append(row)
     df = pd.DataFrame(rows)
     if not df.empty:
         df = df.sort_values("created", ascending=False, na_position="last").reset_index(drop=True)
@@ -339,23 +325,10 @@ def find_finished(
     """The folder of a run with exactly this config and worker count that ended as one of
     :data:`RESULTS`, if any; with ``engine``, also made under the same settings that change
     throughput (:data:`hpclab.core.engine_settings.THROUGHPUT_FIELDS`; a record naming none
-    was made under the defaults)."""
-    root = Path(root) if root is not None else default_root()
-    for cfg_path in sorted(root.glob("*/config.json")):
-        files = _readable(cfg_path)  # an unreadable record is no result: the point runs again
-        if files is None:
-            continue
-        meta, summary = files
-        meta = settle_engine_settings(meta)
-        if meta.get("config") != config or meta.get("workers") != workers:
-            continue
-        if engine is not None and not _same_throughput_settings(meta, engine):
-            continue
-        if summary.get("status") in RESULTS:
-            return cfg_path.parent
-    return None
+    was made under the defaults). For many lookups, build one
+    :class:`hpclab.records.index.Finished` instead."""
+    from hpclab.records.index import Finished
 
-
-def _same_throughput_settings(meta: dict, engine: EngineSettings) -> bool:
-    recorded = {**EngineSettings().to_dict(), **engine_settings_of(meta)}
-    return all(recorded.get(k) == getattr(engine, k) for k in THROUGHPUT_FIELDS)
+    return Finished(Path(root) if root is not None else default_root(), engine).find(
+        config, workers
+    )

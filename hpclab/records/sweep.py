@@ -11,7 +11,7 @@
   goes first, so a sweep restarts the engines at most once per other size.
 * A sweep is resumable: a point whose exact config and worker count already has a *result* under
   ``lab.runs_dir`` — finished, diverged or collapsed: seeded runs that would end the same way
-  again — is skipped (:func:`hpclab.records.store.find_finished`) and its record reused. Stopped and
+  again — is skipped (:class:`hpclab.records.index.Finished`) and its record reused. Stopped and
   failed points are run again. That is also why a sweep does not tag its
   runs: tags are part of the config, and a tag would make an identical point look new.
 * A diverged or failed run does not stop the sweep (a diverged run is a result: the learning rate
@@ -34,8 +34,9 @@ from hpclab.core.catalog import MAX_WORKERS
 from hpclab.core.config import RunConfig, field_names
 from hpclab.core.engine_settings import EngineSettings
 from hpclab.core.errors import ConfigError, RunFailed
+from hpclab.records.index import Finished
 from hpclab.records.paths import check_staged
-from hpclab.records.store import RunRecord, find_finished, load_run
+from hpclab.records.store import RunRecord, load_run
 
 Progress = Callable[[int, int, RunConfig, int, str], None]
 
@@ -142,7 +143,8 @@ def plan(
             check_staged(c, data_dir)
     points.sort(key=lambda p: p[1] != current_workers)  # stable: keeps the grid order otherwise
     # `engine`: the lab's settings; a record made under other ones is no result for this lab
-    return [SweepPoint(c, w, find_finished(runs_dir, c.to_dict(), w, engine)) for c, w in points]
+    finished = Finished(runs_dir, engine)  # one look at the records for every point
+    return [SweepPoint(c, w, finished.find(c.to_dict(), w)) for c, w in points]
 
 
 # ---------------------------------------------------------------------------------------------

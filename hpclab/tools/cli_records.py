@@ -6,7 +6,6 @@ Neither starts engines; both read run folders (``runs/<run_id>/config.json`` and
 from __future__ import annotations
 
 import argparse
-import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -143,7 +142,7 @@ def show_runs(args: argparse.Namespace) -> int:
     rows = []
     for _, r in df.iterrows():
         row = r.to_dict()
-        row["label"] = _label_of(row)
+        row["label"] = row.get("label") or row.get("name") or "?"
         rows.append([_fmt(row.get(key), fmt) for key, _, fmt in COLUMNS])
     header = [title for _, title, _ in COLUMNS]
     widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(header)]
@@ -159,17 +158,6 @@ def show_runs(args: argparse.Namespace) -> int:
         print(line(row))
     print(f"{len(rows)} run(s) in {root}")
     return 0
-
-
-def _label_of(row: dict) -> str:
-    """The run's legend label (`b256 linear+wu1 ×2`), read from its config.json only."""
-    from hpclab.core.config import RunConfig
-
-    try:
-        meta = json.loads((Path(row["path"]) / "config.json").read_text())
-        return RunConfig.from_dict(meta["config"]).label(meta["workers"])
-    except (OSError, ValueError, KeyError, TypeError):  # ConfigError is a ValueError
-        return row.get("name") or "?"
 
 
 __all__ = ["configure_report", "report", "run_folders", "configure_runs", "show_runs"]

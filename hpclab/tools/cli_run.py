@@ -185,6 +185,7 @@ def configure_run(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """``hpclab run``: one run on ``--workers`` engines; the exit status is how it ended."""
+    from hpclab.records.paths import check_folder
     from hpclab.records.sweep import check_staged
 
     cfg = base_config(args, **field_values(args))
@@ -193,6 +194,7 @@ def run(args: argparse.Namespace) -> int:
     d = plan.derived()
     settings = _engine_settings(args, cfg.groups if cfg.update == "hybrid" else 1)
     runs_dir, data_dir = _lab_dirs(args)
+    check_folder(data_dir, "data_dir")  # (a file or an unmakeable folder, named as such first)
     check_staged(cfg, data_dir)
     say(
         f"hpclab run: {cfg.label()} ×{workers}: global batch {d['global_batch']}, peak lr "

@@ -1,0 +1,221 @@
+"""A runs root's listing, cached, so a listing or a sweep reads only the run folders that changed.
+
+`hpclab runs`, :func:`hpclab.records.store.list_runs` and a sweep's planning
+(:func:`hpclab.records.sweep.plan`: which points already have a result) each needed every run's
+``config.json`` and ``summary.json`` parsed, and a sweep did so once per point: O(points × runs)
+JSON parses, each a file open (milliseconds apiece on a shared file system). One file beside the
+runs, :data:`INDEX`, keeps what those readers take from each run folder, keyed by the folder's
+name, with the size and modification time (ns) its two files had when they were read. A look at
+the root stats every run folder's two files and parses only those whose size or time moved (a
+new run, a run that ended, a record rewritten).
+
+The index is a cache and never the record: when it is missing, unreadable, of another
+:data:`VERSION` or cannot be written (a read-only, shared runs root), the listing is rebuilt in
+memory from the run folders and reads the same. A run folder whose files cannot be read is left
+out with one warning (:func:`hpclab.records.store._readable`), as before.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from hpclab.core.config import RunConfig
+from hpclab.core.engine_settings import THROUGHPUT_FIELDS, EngineSettings
+
+log = logging.getLogger(__name__)
+
+INDEX = ".hpclab-index.json"
+VERSION = 1
+
+
+def _plain(value):
+    """Numbers as floats (a config read back from JSON may hold 1 where the RunConfig holds 1.0,
+    and the two are the same setting), tuples as lists, recursively."""
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return str(value)
+
+
+def config_key(config: dict, workers) -> str:
+    """What makes two records the same experiment for a sweep: the config and the worker
+    count (compared as ``==`` compares them: 1 and 1.0 alike), as a digest — the index stores
+    this, not the whole config; :meth:`Finished.find` confirms a match with ``==``."""
+    text = json.dumps(_plain({"config": config, "workers": workers}), sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Entry:
+    """What the readers of a runs root take from one run folder."""
+
+    name: str
+    stamp: list  # [size, mtime_ns] of config.json, then of summary.json ([0, 0]: absent)
+    row: dict  # the listing's columns (status from summary.json, None while unfinished)
+    key: str  # config_key of the settled config and the workers
+    throughput: dict  # the engine settings that change throughput, as recorded
+    client: dict  # config.json's `client` and `created`: whether an unfinished run still runs
+
+    def to_json(self) -> dict:
+        return self.__dict__
+
+
+def _stamp(folder: Path) -> list | None:
+    out = []
+    for name in ("config.json", "summary.json"):
+        try:
+            st = os.stat(folder / name)
+        except FileNotFoundError:
+            if name == "config.json":
+                return None
+            st = None
+        except OSError:
+            return None
+        out += [st.st_size, st.st_mtime_ns] if st else [0, 0]
+    return out
+
+
+def _label(meta: dict, fallback: str) -> str:
+    try:
+        return RunConfig.from_dict(meta["config"]).label(meta["workers"])
+    except (ValueError, KeyError, TypeError):  # ConfigError is a ValueError
+        return fallback or "?"
+
+
+def _read(folder: Path, stamp: list) -> Entry | None:
+    from hpclab.records.store import _readable, engine_settings_of, settle_engine_settings
+
+    files = _readable(folder / "config.json")
+    if files is None:
+        return None
+    meta, summary = files
+    meta = settle_engine_settings(meta)
+    cfg = meta.get("config") if isinstance(meta.get("config"), dict) else {}
+    recorded = {**EngineSettings().to_dict(), **engine_settings_of(meta)}
+    row = {
+        "run_id": meta.get("run_id", folder.name),
+        "status": summary.get("status"),
+        "name": cfg.get("name", ""),
+        "dataset": cfg.get("dataset"),
+        "model": cfg.get("model"),
+        "workers": meta.get("workers"),
+        "global_batch": (meta.get("derived") or {}).get("global_batch"),
+        "lr_scaling": cfg.get("lr_scaling"),
+        "optimizer": cfg.get("optimizer"),
+        "precision": cfg.get("precision"),
+        "val_accuracy": summary.get("val_accuracy"),
+        "samples_per_sec": summary.get("samples_per_sec"),
+        "wall_time_s": summary.get("wall_time_s"),
+        "created": meta.get("created"),
+        "label": _label(meta, cfg.get("name", "")),
+    }
+    return Entry(
+        name=folder.name,
+        stamp=stamp,
+        row=row,
+        key=config_key(cfg, meta.get("workers")),
+        throughput={k: recorded.get(k) for k in THROUGHPUT_FIELDS},
+        client={"client": meta.get("client"), "created": meta.get("created")},
+    )
+
+
+def _load(path: Path) -> dict[str, dict]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict) or data.get("version") != VERSION:
+        return {}
+    entries = data.get("entries")
+    return entries if isinstance(entries, dict) else {}
+
+
+def _save(path: Path, entries: list[Entry]) -> None:
+    """Write the index atomically; a root this user cannot write keeps no index (said once at
+    debug level: the listing is the same, only slower)."""
+    data = {"version": VERSION, "entries": {e.name: e.to_json() for e in entries}}
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    try:  # private, as the run folders it lists are
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(json.dumps(data, default=str))
+        os.replace(tmp, path)
+    except OSError as exc:
+        log.debug("runs index %s not written: %s", path, exc)
+        tmp.unlink(missing_ok=True)
+
+
+def scan(root: Path | str) -> list[Entry]:
+    """Every readable run folder under ``root``, in name order, each parsed only if its files
+    changed since the index saw them; the index is brought up to date."""
+    root = Path(root)
+    cached = _load(root / INDEX)
+    try:
+        names = sorted(d.name for d in os.scandir(root) if d.is_dir(follow_symlinks=False))
+    except OSError:
+        return []
+    entries, changed = [], False
+    for name in names:
+        folder = root / name
+        stamp = _stamp(folder)
+        if stamp is None:
+            continue
+        known = cached.get(name)
+        if isinstance(known, dict) and known.get("stamp") == stamp:
+            try:
+                entries.append(Entry(**known))
+                continue
+            except TypeError:  # an entry of another shape: read the folder again
+                pass
+        entry = _read(folder, stamp)
+        changed = True
+        if entry is not None:
+            entries.append(entry)
+    if changed or len(cached) != len(entries):
+        _save(root / INDEX, entries)
+    return entries
+
+
+class Finished:
+    """The runs under a root that ended as a result (:data:`hpclab.records.store.RESULTS`),
+    looked up by config and workers — one scan for a whole sweep's planning."""
+
+    def __init__(self, root: Path | str, engine: EngineSettings | None = None):
+        from hpclab.records.store import RESULTS
+
+        self.root, self.engine = Path(root), engine
+        self._by_key: dict[str, list[Entry]] = {}
+        for e in scan(self.root):
+            if e.row.get("status") in RESULTS:
+                self._by_key.setdefault(e.key, []).append(e)
+
+    def find(self, config: dict, workers: int) -> Path | None:
+        """The folder of a run with exactly this config and worker count (and, with ``engine``,
+        the same throughput settings), confirmed from its config.json; None if there is none."""
+        from hpclab.records.store import _readable, settle_engine_settings
+
+        for e in self._by_key.get(config_key(config, workers), []):
+            if self.engine is not None and any(
+                e.throughput.get(k) != getattr(self.engine, k) for k in THROUGHPUT_FIELDS
+            ):
+                continue
+            files = _readable(self.root / e.name / "config.json")  # the digest, confirmed
+            if files is None:
+                continue
+            meta = settle_engine_settings(files[0])
+            if meta.get("config") == config and meta.get("workers") == workers:
+                return self.root / e.name
+        return None
+
+
+__all__ = ["INDEX", "VERSION", "Entry", "Finished", "config_key", "scan"]
