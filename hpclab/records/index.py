@@ -5,9 +5,10 @@
 ``config.json`` and ``summary.json`` parsed, and a sweep did so once per point: O(points × runs)
 JSON parses, each a file open (milliseconds apiece on a shared file system). One file beside the
 runs, :data:`INDEX`, keeps what those readers take from each run folder, keyed by the folder's
-name, with the size and modification time (ns) its two files had when they were read. A look at
-the root stats every run folder's two files and parses only those whose size or time moved (a
-new run, a run that ended, a record rewritten).
+name, with the inode, size and modification time (ns) its two files had when they were read (a
+record is rewritten by replacing the file, so a new inode marks it even within the clock's
+granularity). A look at the root stats every run folder's two files and parses only those whose
+stamp moved (a new run, a run that ended, a record rewritten).
 
 The index is a cache and never the record: when it is missing, unreadable, of another
 :data:`VERSION` or cannot be written (a read-only, shared runs root), the listing is rebuilt in
@@ -30,7 +31,7 @@ from hpclab.core.engine_settings import THROUGHPUT_FIELDS, EngineSettings
 log = logging.getLogger(__name__)
 
 INDEX = ".hpclab-index.json"
-VERSION = 1
+VERSION = 2
 
 
 def _plain(value):
@@ -60,7 +61,7 @@ class Entry:
     """What the readers of a runs root take from one run folder."""
 
     name: str
-    stamp: list  # [size, mtime_ns] of config.json, then of summary.json ([0, 0]: absent)
+    stamp: list  # [inode, size, mtime_ns] of config.json, then of summary.json (0s: absent)
     row: dict  # the listing's columns (status from summary.json, None while unfinished)
     key: str  # config_key of the settled config and the workers
     throughput: dict  # the engine settings that change throughput, as recorded
@@ -81,7 +82,7 @@ def _stamp(folder: Path) -> list | None:
             st = None
         except OSError:
             return None
-        out += [st.st_size, st.st_mtime_ns] if st else [0, 0]
+        out += [st.st_ino, st.st_size, st.st_mtime_ns] if st else [0, 0, 0]
     return out
 
 
