@@ -27,6 +27,7 @@ from hpclab.cluster.host import find_mpiexec
 from hpclab.cluster.lab_args import LAUNCHERS, check_args, check_groups, settings_of
 from hpclab.cluster.launch import plan_launch
 from hpclab.cluster.profiles import Profile
+from hpclab.cluster.resume import prepare as prepare_resume
 from hpclab.cluster.run import Run
 from hpclab.cluster.world import check_world
 from hpclab.core.config import RunConfig
@@ -309,10 +310,18 @@ class Lab:
                 split,
             )
 
-    def run(self, cfg: RunConfig) -> Run:
-        """Start `cfg` on every rank and return its `Run` at once."""
+    def run(self, cfg: RunConfig | None = None, *, resume=None) -> Run:
+        """Start `cfg` on every rank and return its `Run` at once.
+
+        ``resume=``: a stopped, failed or abandoned run (its Run, RunRecord, id or folder)
+        goes on in its own folder from its latest checkpoint (hpclab.cluster.resume); ``cfg``
+        then defaults to the recorded one, and may differ only in hpclab.cluster.resume.FREE."""
         from hpclab.rank import engine
 
+        resuming = None
+        if resume is not None:  # checked before any engine works
+            resuming = prepare_resume(resume, cfg, self.workers, self.runs_dir)
+            cfg = resuming.cfg
         if not isinstance(cfg, RunConfig):
             raise ConfigError(f"Lab.run needs a RunConfig; you passed {type(cfg).__name__}.")
         if self.current_run is not None and not self.current_run.done:
@@ -323,29 +332,35 @@ class Lab:
         plan = cfg.for_workers(self.workers)  # validates workers against cfg (ConfigError)
         paths.check_staged(cfg, self.data_dir)  # before any rank waits for another
         self.ready_for(cfg)
-        store = RunStore(self.runs_dir)
-        store.create(
-            {
-                "config": cfg.to_dict(),
-                "workers": self.workers,
-                "derived": plan.derived(),
-                "client": {
-                    "pid": os.getpid(),
-                    "host": platform.node(),
-                },  # records/store.py: abandoned?
-                "lab": {
-                    "launcher": self.launcher,
-                    "launch": self.plan.record(),
-                    "threads_per_worker": self.threads_per_worker,
-                    "engine_settings": self._settings.to_dict(),
-                    "horovod_env": self._settings.env(),
-                    "ranks": self.ranks,
-                },
-            }
-        )
+        client = {"pid": os.getpid(), "host": platform.node()}  # records/store.py: abandoned?
+        if resuming is not None:
+            store = resuming.open_store(client)
+        else:
+            store = RunStore(self.runs_dir)
+            store.create(
+                {
+                    "config": cfg.to_dict(),
+                    "workers": self.workers,
+                    "derived": plan.derived(),
+                    "client": client,
+                    "lab": {
+                        "launcher": self.launcher,
+                        "launch": self.plan.record(),
+                        "threads_per_worker": self.threads_per_worker,
+                        "engine_settings": self._settings.to_dict(),
+                        "horovod_env": self._settings.env(),
+                        "ranks": self.ranks,
+                    },
+                }
+            )
         results = [
             self.client[eid].apply_async(
-                engine.train, cfg.to_dict(), plan.to_dict(), str(store.path), str(self.data_dir)
+                engine.train,
+                cfg.to_dict(),
+                plan.to_dict(),
+                str(store.path),
+                str(self.data_dir),
+                str(resuming.checkpoint) if resuming is not None else None,
             )
             for eid in self._engine_ids
         ]
@@ -360,6 +375,7 @@ class Lab:
             launcher_output=self.launcher_output,
             link_state=self._link_state,
             stall_s=self._settings.stall_s,
+            resumed=resuming.resumed if resuming is not None else None,
         )
         self.current_run = run
         return run

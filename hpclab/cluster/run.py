@@ -53,8 +53,10 @@ class Run:
         link_state: Callable[[], str] = lambda: "",
         hang_s: float = HANG_S,
         stall_s: float = STALL_S,
+        resumed: list[dict] | None = None,
     ):
         self.config, self.workers, self._store = config, workers, store
+        self.resumed = resumed  # a resumed run's resumes so far (hpclab.cluster.resume)
         self.run_id, self.path = store.run_id, store.path
         self._results = results  # one AsyncResult per rank, rank order
         self._ranks = ranks  # init_worker identities, rank order
@@ -478,6 +480,8 @@ class Run:
         }
         if status == "stopped" and self._stop_reason is not None:
             summary["stop_reason"], summary["stop_detail"] = self._stop_reason
+        if self.resumed:
+            summary["resumed"] = self.resumed
         notes = [summary["error"]] if summary["error"] else []
         if self.disk_error is not None:
             notes.append(f"(the run folder stopped taking rows: {self.disk_error})")

@@ -246,6 +246,9 @@ KNOBS: tuple[Knob, ...] = (
              "docs)", "XLA"),
         Knob("max_steps", "int", 0, "stop after this many steps (0 = run all epochs)",
              "max steps", lo=0),
+        Knob("checkpoint_every", "int", 0, "rank 0 saves the training state every this many "
+             "steps and at a stop, to resume from (0 = off)", "checkpoint every", lo=0,
+             hi=10_000_000, step=100),
     ),
     *_section(
         "where the time goes",

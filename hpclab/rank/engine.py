@@ -104,8 +104,11 @@ def allreduce_check() -> dict:
     return {"rank": hvd.rank(), "value": float(total.numpy()), "seconds": time.perf_counter() - t0}
 
 
-def train(cfg_dict: dict, plan_dict: dict, run_dir: str, data_dir: str) -> dict:
-    """Train one run on this rank and return this rank's summary (rank 0's also has the rows)."""
+def train(
+    cfg_dict: dict, plan_dict: dict, run_dir: str, data_dir: str, checkpoint: str | None = None
+) -> dict:
+    """Train one run on this rank and return this rank's summary (rank 0's also has the rows).
+    ``checkpoint``: a checkpoint's path (hpclab.rank.checkpoint) the run resumes from."""
     from ipyparallel.datapub import publish_data
 
     from hpclab.rank.heartbeat import Heartbeat
@@ -113,7 +116,7 @@ def train(cfg_dict: dict, plan_dict: dict, run_dir: str, data_dir: str) -> dict:
 
     _STATE.pop("last_trainer", None)  # free the previous run's model, graphs and pipeline now
     with Heartbeat(publish_data):  # the client's watchdog names a rank that stops beating
-        trainer = Trainer(cfg_dict, plan_dict, Path(run_dir), Path(data_dir))
+        trainer = Trainer(cfg_dict, plan_dict, Path(run_dir), Path(data_dir), checkpoint)
         summary = trainer.run()
     summary["versions"] = versions()
     # Tearing down TF graphs can take seconds on a busy machine; keep

@@ -40,6 +40,7 @@ STAGES = {
     "compile": "tracing and compiling its training step",
     "training": "in a training call (computing, or in the gradient allreduce)",
     "evaluation": "evaluating on held-out data",
+    "checkpoint": "writing a checkpoint of the run's state (rank 0)",
     "finish": "finishing the run (gathering the record)",
 }
 WAITING = ("data_wait", "build", "training", "finish")

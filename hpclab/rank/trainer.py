@@ -23,6 +23,7 @@ from hpclab.core.config import RunConfig
 from hpclab.core.health import judge
 from hpclab.core.metrics import NoiseScale
 from hpclab.core.plan import RunPlan
+from hpclab.rank import checkpoint as ckpt
 from hpclab.rank.compiled_call import CompiledCall
 from hpclab.rank.heartbeat import PROGRESS
 from hpclab.rank.meters import (
@@ -69,12 +70,20 @@ class LoopMeters:
 class Trainer:
     """Set up by :meth:`setup`, trained by :meth:`run`; kept alive by the engine between runs."""
 
-    def __init__(self, cfg_dict: dict, plan_dict: dict, run_dir: Path, data_dir: Path):
+    def __init__(
+        self,
+        cfg_dict: dict,
+        plan_dict: dict,
+        run_dir: Path,
+        data_dir: Path,
+        checkpoint: str | None = None,
+    ):
         self.cfg = RunConfig.from_dict(cfg_dict)
         self.cfg_dict = self.cfg.to_dict()
         self.plan = RunPlan.from_dict(plan_dict)  # computed once, on the client
         self.run_dir, self.data_dir = run_dir, data_dir
         self.stop_file = run_dir / "STOP"
+        self.resume_from = checkpoint  # a checkpoint's path: the run goes on from it
 
     # -- set-up ----------------------------------------------------------------------------
     def setup(self) -> None:
@@ -179,7 +188,11 @@ class Trainer:
         inner = self.optimizer.inner_optimizer if self.step.loss_scaled else self.optimizer
         inner.build(self.model.trainable_variables)
         # the whole training state: weights, optimizer state, the features' own (a central model)
-        state = [*self.model.variables, *inner.variables, *self.step.state]
+        state = self.state = [*self.model.variables, *inner.variables, *self.step.state]
+        which = {"model": cfg.model, "dataset": cfg.dataset, "workers": self.world}
+        self.ckpt = ckpt.Checkpointer(self.run_dir, cfg.checkpoint_every, self.rank, which)
+        # rank 0 loads a checkpoint's values before the broadcast hands them to every rank
+        self.start_step, self.host = ckpt.restore(self.resume_from, state, self.rank, which)
         if self.world > 1:
             # Horovod: start every rank from rank 0's weights and optimizer state.
             hvd.broadcast_variables(state, root_rank=0)
@@ -202,8 +215,9 @@ class Trainer:
         self.train_call.get_concrete_function()  # trace now, so trace time is its own figure
         timing = {"setup_s": t_trace - t_setup, "trace_s": time.perf_counter() - t_trace}
         m = self._meters()
+        ckpt.restore_host(self.host, self.watch, m.noise, self.start_step)
         samples_per_step = self.cfg.batch_per_worker * self.world
-        step, status, error = 0, "finished", None
+        step, status, error = self.start_step, "finished", None
         # Rank 0 decides (stop, publish, next_steps) before each call; the call's allreduce tells
         # every rank, so all act on the same decisions after the same step. next_steps sizes the
         # call after the one that carries it (rank 0 needs one timed call to size the next).
@@ -237,6 +251,8 @@ class Trainer:
             status, error = self._outcome(reduced, step, spike)
             epoch_end = step % self.steps_per_epoch == 0 or step >= self.total_steps
             evaluating += self._window_end(m, reduced, step, epoch_end, status, t_start)
+            if self.ckpt.due(step, status, self.total_steps):  # (not training time either)
+                evaluating += self._checkpoint(step, m)
             if status != "finished":
                 break
             if epoch_end:
@@ -276,7 +292,7 @@ class Trainer:
 
     def _call_steps(self, step: int, planned: int) -> int:
         """Steps of the call starting at ``step``: the plan, cut at the epoch's end, the run's
-        end, the next held-out evaluation and the fault's step."""
+        end, the next held-out evaluation, the fault's step and the next checkpoint."""
         in_epoch = step % self.steps_per_epoch
         return int(
             min(
@@ -285,6 +301,7 @@ class Trainer:
                 self.total_steps - step,
                 self._to_eval(step),
                 self.watch.steps_to_cut(step),
+                self.ckpt.steps_to(step, self.total_steps),
             )
         )
 
@@ -354,8 +371,17 @@ class Trainer:
             val = self.val.full_set() if self.val is not None else (float("nan"),) * 2
         t = time.perf_counter()
         m.clock.add_eval(t - t_eval)  # (lands in the next row's window)
-        m.epochs.close(step, t, t - t_start, self._lr(step), val)
+        row = m.epochs.close(step, t, t - t_start, self._lr(step), val)
+        row["epoch"] = -(-step // self.steps_per_epoch)  # (a resumed run counts on)
         return t - t_eval
+
+    def _checkpoint(self, step: int, m: LoopMeters) -> float:
+        """Rank 0 writes the whole state at ``step``; the seconds it took."""
+        if self.rank != 0:
+            return 0.0
+        with PROGRESS.during("checkpoint", step):
+            values = [v.numpy() for v in self.state]
+            return self.ckpt.save(step, values, ckpt.host_state(self.watch, m.noise))
 
     def _finish(self, m, status, error, step, t_start, wall0) -> dict:
         """After the loop: the run judged, the final rows published, this rank's summary."""
@@ -376,10 +402,13 @@ class Trainer:
         summary = self._summary(status, error, step, m, wall0)
         if self.rank == 0 and m.timeline.summary is not None:
             summary["timeline"] = m.timeline.summary
+        if self.rank == 0:
+            summary["checkpoints"] = self.ckpt.summary()
+        summary["start_step"] = self.start_step
         summary["train_time_s"] = train_time
         summary["augment_offline_s"] = self.train_input.offline_s  # before training
         # the rate a user waits on: validation and host time included (Amdahl's serial part)
-        samples = step * cfg.batch_per_worker * world
+        samples = (step - self.start_step) * cfg.batch_per_worker * world
         summary["overall_samples_per_sec"] = samples / train_time if train_time else None
         return summary
 

@@ -217,6 +217,23 @@ class RunStore:
             self.file_mode,
         )
 
+    def reopen(self, from_step: int, meta: dict) -> None:
+        """Continue this existing run folder from step ``from_step`` (a resume from a
+        checkpoint): history and epoch rows after that step go (the resumed ranks train those
+        steps again and send them anew), so do the previous summary (the run is running again;
+        its word goes into ``meta``) and a STOP file left behind; ``meta`` is merged into
+        config.json (the client that runs it now, the resumes so far)."""
+        if not (self.path / "config.json").is_file():
+            raise RecordError(f"{self.path} is not an hpclab run folder (no config.json in it).")
+        kept = [r for r in read_jsonl(self.path / "metrics.jsonl") if r.get("step", 0) <= from_step]
+        self.rewrite_history(kept)
+        epochs = read_jsonl(self.path / "epochs.jsonl")
+        self.rewrite_epochs([r for r in epochs if r.get("step", 0) <= from_step])
+        config = read_record_json(self.path / "config.json")
+        write_json_atomic(self.path / "config.json", {**config, **meta}, self.file_mode)
+        (self.path / "summary.json").unlink(missing_ok=True)
+        self.stop_file.unlink(missing_ok=True)
+
     def append_history(self, rows: list[dict]) -> None:
         append_jsonl(self.path / "metrics.jsonl", rows, self.file_mode)
 

@@ -70,9 +70,9 @@ def _add_lab_options(parser: argparse.ArgumentParser, *, many: bool) -> None:
         group.add_argument(
             "--workers",
             type=positive_int,
-            default=2,
+            default=None,
             metavar="N",
-            help="MPI workers (Horovod ranks) (default: 2)",
+            help="MPI workers (Horovod ranks) (default: 2; with --resume, the recorded number)",
         )
     group.add_argument(
         "--threads-per-worker",
@@ -174,6 +174,14 @@ def configure_run(parser: argparse.ArgumentParser) -> None:
     )
     add_field_options(parser, many=False)
     _add_lab_options(parser, many=False)
+    parser.add_argument(
+        "--resume",
+        default=None,
+        metavar="RUN_ID|DIR",
+        help="continue a stopped, failed or abandoned run in its own folder from its latest "
+        "checkpoint (it ran with --checkpoint-every); knob options may change only its name, "
+        "tags, publish and checkpoint cadence",
+    )
     out = parser.add_argument_group("output")
     out.add_argument(
         "--json",
@@ -188,12 +196,15 @@ def run(args: argparse.Namespace) -> int:
     from hpclab.records.paths import check_folder
     from hpclab.records.sweep import check_staged
 
-    cfg = base_config(args, **field_values(args))
-    workers = args.workers
+    runs_dir, data_dir = _lab_dirs(args)
+    resuming = None
+    if args.resume:
+        cfg, workers, resuming = _resume(args, runs_dir)
+    else:
+        cfg, workers = base_config(args, **field_values(args)), args.workers or 2
     plan = cfg.for_workers(workers)  # validates workers against the config (ConfigError)
     d = plan.derived()
     settings = _engine_settings(args, cfg.groups if cfg.update == "hybrid" else 1)
-    runs_dir, data_dir = _lab_dirs(args)
     check_folder(data_dir, "data_dir")  # (a file or an unmakeable folder, named as such first)
     check_staged(cfg, data_dir)
     say(
@@ -206,7 +217,11 @@ def run(args: argparse.Namespace) -> int:
     # Everything the lab prints goes to stderr, so stdout carries only the result.
     with contextlib.redirect_stdout(sys.stderr):
         with _start_lab(args, workers, settings) as lab:
-            handle = lab.run(cfg)
+            if resuming is not None:
+                say(f"hpclab run: resuming from step {resuming.from_step} ({resuming.checkpoint})")
+                handle = lab.run(cfg, resume=resuming.record.path)
+            else:
+                handle = lab.run(cfg)
             say(f"hpclab run: recording to {handle.path}")
             progress.start()
             handle.on_update(progress)
@@ -248,6 +263,20 @@ def run(args: argparse.Namespace) -> int:
     if interrupted:
         return EXIT_CODES["interrupted"]
     return EXIT_CODES.get(status, 1)
+
+
+def _resume(args: argparse.Namespace, runs_dir: Path):
+    """(config, workers, the checked resume) of ``--resume``: the recorded config with the knob
+    options given applied, and the recorded workers unless ``--workers`` is given; refused (a
+    ConfigError, exit 2) before any engine starts (hpclab.cluster.resume)."""
+    from hpclab.cluster import resume
+    from hpclab.core.config import RunConfig
+    from hpclab.records.store import load_run
+
+    record = load_run(resume.run_folder(args.resume, runs_dir))
+    cfg = RunConfig.from_dict(record.config).replace(**field_values(args))
+    workers = args.workers or record.workers
+    return cfg, workers, resume.prepare(record.path, cfg, workers, runs_dir)
 
 
 def _wait_quietly(handle, timeout: float | None = None) -> None:
