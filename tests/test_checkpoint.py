@@ -100,8 +100,23 @@ def test_a_resume_may_change_only_labels_and_cadences(tmp_path):
     checked = resume.prepare(path, asked, 2, tmp_path)
     assert checked.cfg is asked and checked.from_step == 20
     assert checked.resumed == [
-        {"from_step": 20, "previous_status": "stopped", "stop_reason": "requested", "detail": None}
+        {
+            "from_step": 20,
+            "previous_status": "stopped",
+            "stop_reason": "requested",
+            "detail": None,
+            "exact": True,
+        }
     ]
+
+
+def test_a_resume_of_a_model_averaging_run_warns_it_is_not_exact(tmp_path, caplog):
+    cfg = CFG.replace(update="local_sgd", average_every=4)
+    path = _recorded(tmp_path, "stopped", cfg=cfg)
+    with caplog.at_level(logging.WARNING, logger="hpclab.cluster.resume"):
+        checked = resume.prepare(path, None, 2, tmp_path)
+    assert checked.resumed[-1]["exact"] is False
+    assert any("update='local_sgd'" in r.getMessage() for r in caplog.records)
 
 
 def test_reopening_a_run_folder_drops_rows_past_the_checkpoint(tmp_path):
@@ -160,6 +175,7 @@ def test_a_stopped_run_resumed_ends_with_the_weights_of_an_uninterrupted_one(lab
             "previous_status": "stopped",
             "stop_reason": "requested",
             "detail": "stopped on request (run.stop())",
+            "exact": True,
         }
     ]
     steps = list(load_run(run.path).history["step"])

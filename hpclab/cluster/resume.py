@@ -8,10 +8,17 @@ same weights as a run never interrupted — hence every knob that shapes the tra
 the one recorded, and the same number of workers (each rank's shard and batch follow from it).
 Only the knobs in :data:`FREE` may differ: they label the run or set how it reports, and none
 reaches the weights.
+
+Bit for bit holds where every rank's state is rank 0's: synchronous SGD (``update="sync"``).
+Under local SGD, hybrid groups and Crossbow each rank keeps its own model and optimizer state
+between averages, and a checkpoint holds rank 0's: every rank resumes from it (a model average
+and rank 0's momentum for all), so the run goes on but its weights differ from an uninterrupted
+run's; the ``resumed`` entry says ``exact: false`` and a warning says why.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +31,8 @@ from hpclab.records.store import RESULTS, RunRecord, RunStore, load_run
 #: Knobs a resume may change: labels and reporting (checkpoint_every only moves call
 #: boundaries, which change no step's arithmetic).
 FREE = ("name", "tags", "publish_every_s", "checkpoint_every")
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -95,7 +104,16 @@ def prepare(target, cfg: RunConfig | None, workers: int, runs_dir: Path) -> Resu
         "previous_status": status,
         "stop_reason": summary.get("stop_reason"),
         "detail": summary.get("stop_detail") or summary.get("error"),
+        "exact": asked.update == "sync",  # (module doc: one state for every rank)
     }
+    if not entry["exact"]:
+        log.warning(
+            "run %s uses update=%r: every rank resumes from rank 0's model and optimizer state "
+            "(the ranks' own states between averages are not checkpointed), so its weights "
+            "will differ from an uninterrupted run's",
+            rid,
+            asked.update,
+        )
     earlier = record.meta.get("resumed") or []
     return Resume(record, asked, found, from_step, [*earlier, entry])
 

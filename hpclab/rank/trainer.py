@@ -187,16 +187,36 @@ class Trainer:
         self.grad_elems = float(sum(v.shape.num_elements() for v in self.model.trainable_variables))
         inner = self.optimizer.inner_optimizer if self.step.loss_scaled else self.optimizer
         inner.build(self.model.trainable_variables)
-        # the whole training state: weights, optimizer state, the features' own (a central model)
-        state = self.state = [*self.model.variables, *inner.variables, *self.step.state]
+        # the whole training state: weights, optimizer state, the features' own (a central
+        # model), and mixed_float16's dynamic loss scale (its value and good-step counter)
+        scale = getattr(self.optimizer, "_loss_scale", None) if self.step.loss_scaled else None
+        scaling = [scale._current_loss_scale, scale._counter] if scale is not None else []
+        state = [*self.model.variables, *inner.variables, *self.step.state, *scaling]
+        self.state = state
         which = {"model": cfg.model, "dataset": cfg.dataset, "workers": self.world}
         self.ckpt = ckpt.Checkpointer(self.run_dir, cfg.checkpoint_every, self.rank, which)
-        # rank 0 loads a checkpoint's values before the broadcast hands them to every rank
-        self.start_step, self.host = ckpt.restore(self.resume_from, state, self.rank, which)
+        self.start_step, self.host = self._resume(state, which)
         if self.world > 1:
             # Horovod: start every rank from rank 0's weights and optimizer state.
             hvd.broadcast_variables(state, root_rank=0)
         self.watch = sdc.Watch(cfg, fault, state, MAX_ROLLBACKS)  # bit flip, spike detector
+
+    def _resume(self, state: list, which: dict) -> tuple[int, dict]:
+        """(step, host state) of the checkpoint the run resumes from ((0, {}) for a fresh run);
+        rank 0 loads its values before the broadcast hands them to every rank. A checkpoint
+        rank 0 cannot load fails every rank together (the barrier), not in the broadcast."""
+        if self.resume_from is None:
+            return 0, {}
+        failure = None
+        try:
+            out = ckpt.restore(self.resume_from, state, self.rank, which)
+        except (OSError, ValueError) as exc:
+            failure = exc
+        if self._barrier(failed=failure is not None):  # Horovod: every rank learns it
+            if failure is not None:
+                raise failure
+            raise RuntimeError("rank 0 could not load the checkpoint; its error names the cause")
+        return out
 
     def _barrier(self, failed: bool = False) -> bool:
         """Horovod: wait for every rank; True if any rank reports a failure."""
