@@ -8,7 +8,8 @@ engines do (everything that runs on a rank lives in :mod:`hpclab.rank`).
 from hpclab.core.config import RunConfig
 from hpclab.core.engine_settings import EngineSettings
 from hpclab.core.errors import ConfigError, HpclabError, LabError, RunFailed
-from hpclab.records.store import RunRecord, list_runs, load_run
+from hpclab.records.index import list_runs
+from hpclab.records.store import RunRecord, load_run
 
 __version__ = "0.1.0"
 

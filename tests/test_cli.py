@@ -428,7 +428,8 @@ def test_runs_and_report_skip_damaged_run_files_with_one_line_each(tmp_path, cap
 
 def test_sweep_resume_and_load_run_on_damaged_records(tmp_path, caplog):
     from hpclab.core.errors import RecordError
-    from hpclab.records.store import find_finished, load_run
+    from hpclab.records.index import find_finished
+    from hpclab.records.store import load_run
 
     root, good, bad = _runs_root_with_damage(tmp_path)
     cfg = load_run(good[0]).meta["config"]

@@ -18,7 +18,8 @@ from hpclab.core.engine_settings import (
     EngineSettings,
 )
 from hpclab.core.errors import ConfigError
-from hpclab.records.store import find_finished, load_run, settle_engine_settings
+from hpclab.records.index import find_finished
+from hpclab.records.store import load_run, settle_engine_settings
 from hpclab.views.charts.facts import run_facts
 
 FRESH = EngineSettings()

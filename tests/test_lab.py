@@ -434,7 +434,7 @@ def _lab_script(tmp_path, ending: str) -> str:
 @pytest.mark.mpi
 def test_a_client_killed_by_sigkill_leaves_no_engines_and_its_run_reads_abandoned(tmp_path):
     from hpclab.cluster import reaper
-    from hpclab.records.store import list_runs
+    from hpclab.records.index import list_runs
 
     proc = subprocess.Popen(
         [sys.executable, "-c", _lab_script(tmp_path, "time.sleep(600)")],
@@ -498,7 +498,7 @@ def test_a_kernel_shut_down_as_jupyter_does_records_its_run_as_stopped(tmp_path)
     default settings: a shutdown request, 5 s of grace (shutdown_wait_time), then SIGKILL."""
     from jupyter_client.manager import KernelManager
 
-    from hpclab.records.store import list_runs
+    from hpclab.records.index import list_runs
 
     km = KernelManager(kernel_name="python3")
     assert km.shutdown_wait_time == 5.0  # the default a JupyterLab server uses

@@ -15,7 +15,7 @@ from fakes import write_run
 
 from hpclab.core.config import RunConfig
 from hpclab.records import index, sweep
-from hpclab.records.store import list_runs
+from hpclab.records.index import list_runs
 
 
 @pytest.fixture

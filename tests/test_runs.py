@@ -20,12 +20,11 @@ import pytest
 
 from hpclab.core.config import RunConfig
 from hpclab.records import jsonio
+from hpclab.records.index import find_finished, list_runs
 from hpclab.records.store import (
     STOP_FILE,
     RunRecord,
     RunStore,
-    find_finished,
-    list_runs,
     load_run,
     new_run_id,
 )
@@ -319,7 +318,8 @@ def test_a_run_whose_client_is_gone_reads_abandoned(tmp_path):
     import subprocess
     import sys
 
-    from hpclab.records.store import list_runs, unfinished_status
+    from hpclab.records.index import list_runs
+    from hpclab.records.store import unfinished_status
 
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()  # a process of this host that has exited (its pid is free)

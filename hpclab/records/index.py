@@ -1,6 +1,7 @@
-"""A runs root's listing, cached, so a listing or a sweep reads only the run folders that changed.
+"""A runs root's listing (:func:`list_runs`, :func:`find_finished`), cached, so a listing or a
+sweep reads only the run folders that changed.
 
-`hpclab runs`, :func:`hpclab.records.store.list_runs` and a sweep's planning
+`hpclab runs`, :func:`list_runs` and a sweep's planning
 (:func:`hpclab.records.sweep.plan`: which points already have a result) each needed every run's
 ``config.json`` and ``summary.json`` parsed, and a sweep did so once per point: O(points × runs)
 JSON parses, each a file open (milliseconds apiece on a shared file system). One file beside the
@@ -25,8 +26,18 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+import pandas as pd
+
 from hpclab.core.config import RunConfig
 from hpclab.core.engine_settings import THROUGHPUT_FIELDS, EngineSettings
+from hpclab.records.store import (
+    RESULTS,
+    _readable,
+    default_root,
+    engine_settings_of,
+    settle_engine_settings,
+    unfinished_status,
+)
 
 log = logging.getLogger(__name__)
 
@@ -94,8 +105,6 @@ def _label(meta: dict, fallback: str) -> str:
 
 
 def _read(folder: Path, stamp: list) -> Entry | None:
-    from hpclab.records.store import _readable, engine_settings_of, settle_engine_settings
-
     files = _readable(folder / "config.json")
     if files is None:
         return None
@@ -192,8 +201,6 @@ class Finished:
     looked up by config and workers — one scan for a whole sweep's planning."""
 
     def __init__(self, root: Path | str, engine: EngineSettings | None = None):
-        from hpclab.records.store import RESULTS
-
         self.root, self.engine = Path(root), engine
         self._by_key: dict[str, list[Entry]] = {}
         for e in scan(self.root):
@@ -203,8 +210,6 @@ class Finished:
     def find(self, config: dict, workers: int) -> Path | None:
         """The folder of a run with exactly this config and worker count (and, with ``engine``,
         the same throughput settings), confirmed from its config.json; None if there is none."""
-        from hpclab.records.store import _readable, settle_engine_settings
-
         for e in self._by_key.get(config_key(config, workers), []):
             if self.engine is not None and any(
                 e.throughput.get(k) != getattr(self.engine, k) for k in THROUGHPUT_FIELDS
@@ -219,4 +224,47 @@ class Finished:
         return None
 
 
-__all__ = ["INDEX", "VERSION", "Entry", "Finished", "config_key", "scan"]
+def list_runs(root: Path | str | None = None) -> pd.DataFrame:
+    """One row per recorded run under `root` (default: hpclab.records.paths.runs_dir()), newest
+    first. Read through the runs root's index (:mod:`hpclab.records.index`): only run folders
+    that changed since the last look are parsed."""
+    root = Path(root) if root is not None else default_root()
+    rows = []
+    for entry in scan(root):
+        row = dict(entry.row)
+        if not row.get("status"):  # no end recorded: is its client still there?
+            meta = {"client": entry.client.get("client"), "created": entry.client.get("created")}
+            row["status"] = unfinished_status(meta)
+        row["path"] = str(root / entry.name)
+        rows.append(row)
+    df = pd.DataFrame(rows)
+    if not df.empty:
+        df = df.sort_values("created", ascending=False, na_position="last").reset_index(drop=True)
+    return df
+
+
+def find_finished(
+    root: Path | str | None,
+    config: dict,
+    workers: int,
+    engine: EngineSettings | None = None,
+) -> Path | None:
+    """The folder of a run with exactly this config and worker count that ended as one of
+    :data:`RESULTS`, if any; with ``engine``, also made under the same settings that change
+    throughput (:data:`hpclab.core.engine_settings.THROUGHPUT_FIELDS`; a record naming none
+    was made under the defaults). For many lookups, build one :class:`Finished` instead."""
+    return Finished(Path(root) if root is not None else default_root(), engine).find(
+        config, workers
+    )
+
+
+__all__ = [
+    "INDEX",
+    "VERSION",
+    "Entry",
+    "Finished",
+    "config_key",
+    "find_finished",
+    "list_runs",
+    "scan",
+]

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from hpclab.core.engine_settings import FORMER_RUN_CONFIG_FIELDS, EngineSettings
+from hpclab.core.engine_settings import FORMER_RUN_CONFIG_FIELDS
 from hpclab.core.errors import RecordError
 from hpclab.records.jsonio import (
     append_jsonl,
@@ -307,45 +307,6 @@ def _created_epoch(created) -> float | None:
         return None
 
 
-def list_runs(root: Path | str | None = None) -> pd.DataFrame:
-    """One row per recorded run under `root` (default: hpclab.records.paths.runs_dir()), newest
-    first. Read through the runs root's index (:mod:`hpclab.records.index`): only run folders
-    that changed since the last look are parsed."""
-    from hpclab.records.index import scan
-
-    root = Path(root) if root is not None else default_root()
-    rows = []
-    for entry in scan(root):
-        row = dict(entry.row)
-        if not row.get("status"):  # no end recorded: is its client still there?
-            meta = {"client": entry.client.get("client"), "created": entry.client.get("created")}
-            row["status"] = unfinished_status(meta)
-        row["path"] = str(root / entry.name)
-        rows.append(row)
-    df = pd.DataFrame(rows)
-    if not df.empty:
-        df = df.sort_values("created", ascending=False, na_position="last").reset_index(drop=True)
-    return df
-
-
 #: End states that are results of the config (seeded: a re-run ends the same way); a sweep reuses
 #: them. Stopped and failed runs are not results.
 RESULTS = ("finished", "diverged", "collapsed")
-
-
-def find_finished(
-    root: Path | str | None,
-    config: dict,
-    workers: int,
-    engine: EngineSettings | None = None,
-) -> Path | None:
-    """The folder of a run with exactly this config and worker count that ended as one of
-    :data:`RESULTS`, if any; with ``engine``, also made under the same settings that change
-    throughput (:data:`hpclab.core.engine_settings.THROUGHPUT_FIELDS`; a record naming none
-    was made under the defaults). For many lookups, build one
-    :class:`hpclab.records.index.Finished` instead."""
-    from hpclab.records.index import Finished
-
-    return Finished(Path(root) if root is not None else default_root(), engine).find(
-        config, workers
-    )

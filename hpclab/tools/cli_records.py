@@ -124,7 +124,7 @@ def _fmt(value: Any, fmt: str) -> str:
 def show_runs(args: argparse.Namespace) -> int:
     """``hpclab runs``: one table row per recorded run."""
     from hpclab.records import paths
-    from hpclab.records.store import list_runs
+    from hpclab.records.index import list_runs
 
     root = args.runs_dir or paths.runs_dir()
     if args.runs_dir is not None and root.is_file():
