@@ -38,6 +38,15 @@ def test_local_plan_runs_the_found_mpiexec_on_loopback():
     assert config.MPILauncher.mpi_cmd == ["/venv/bin/mpiexec"]
 
 
+def test_a_profile_passes_its_mpiexec_arguments_and_names_any_pmix_version():
+    p = plan(profile('[launch]\nmode = "mpiexec"\nmpiexec_args = ["--bind-to", "none"]\n'))
+    assert p.launch_args == ("--bind-to", "none")
+    assert p.ipp_config().MPILauncher.mpi_args == ["--bind-to", "none"]
+    for plugin in ("pmix_v4", "pmix_v5"):  # Open MPI's PMIx, by version (`srun --mpi=list`)
+        srun = plan(profile(f'[slurm]\nsrun_mpi = "{plugin}"\n'), env=ALLOC)
+        assert f"--mpi={plugin}" in srun.launch_args
+
+
 @pytest.mark.skipif(not LOOPBACK, reason="loopback settings are planned on Linux only")
 def test_a_local_labs_mpi_layer_is_planned_on_loopback_and_a_profile_wins():
     """UCX and libfabric listen on loopback in a local lab (tests/test_faults.py checks the

@@ -266,6 +266,7 @@ def plan_launch(
         return LaunchPlan(
             mode=mode,
             launch_cmd=(mpiexec,),
+            launch_args=tuple(profile.launch.mpiexec_args),
             registration_timeout_s=registration_timeout_s or LOCAL_REGISTRATION_S,
             notes=tuple(notes),
             **common,

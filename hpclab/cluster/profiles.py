@@ -28,7 +28,10 @@ from pathlib import Path
 from hpclab.core.errors import ConfigError
 
 MODES = ("auto", "mpiexec", "srun", "sbatch")
-SRUN_MPI = ("pmi2", "pmix", "cray_shasta", "pmi2_v2")  # never "none": it makes N 1-rank worlds
+#: srun --mpi= plugins a profile may name (`srun --mpi=list` on the site shows its own): PMI-2 for
+#: MPICH, PMIx (any version) for Open MPI, Cray's for Cray MPICH. Never "none": it makes N 1-rank
+#: worlds (hpclab.cluster.world says so).
+SRUN_MPI = ("pmi2", "pmi2_v2", "pmix", "pmix_v3", "pmix_v4", "pmix_v5", "cray_shasta")
 GPU_BINDINGS = ("local_rank", "per_task")
 
 
@@ -38,6 +41,9 @@ class Launch:
     engine_prefix: tuple[str, ...] = ()  # e.g. ("apptainer", "exec", "/sw/hpclab.sif")
     python: str = ""  # the engines' interpreter if not the kernel's sys.executable
     mpiexec: str = ""  # mode mpiexec: path of mpiexec (default: beside Python, then PATH)
+    # mode mpiexec: arguments after `-n N`, e.g. Open MPI's ["--oversubscribe", "--bind-to",
+    # "none"] or MPICH Hydra's ["-bind-to", "none"]
+    mpiexec_args: tuple[str, ...] = ()
     local_on_login: bool = False  # mode auto may start engines on a Slurm login node
 
 
