@@ -30,6 +30,7 @@ from hpclab.cluster.profiles import Profile
 from hpclab.cluster.resume import prepare as prepare_resume
 from hpclab.cluster.run import Run
 from hpclab.cluster.world import check_world
+from hpclab.core.catalog import check_user_model
 from hpclab.core.config import RunConfig
 from hpclab.core.engine_settings import EngineSettings
 from hpclab.core.errors import ConfigError, LabError
@@ -331,6 +332,7 @@ class Lab:
             )
         plan = cfg.for_workers(self.workers)  # validates workers against cfg (ConfigError)
         paths.check_staged(cfg, self.data_dir)  # before any rank waits for another
+        check_user_model(cfg.model)  # your own model's module can be found here
         self.ready_for(cfg)
         client = {"pid": os.getpid(), "host": platform.node()}  # records/store.py: abandoned?
         if resuming is not None:

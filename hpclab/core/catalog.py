@@ -29,6 +29,42 @@ DATASET_INPUT = {
 
 # -- models -----------------------------------------------------------------------------------
 MODELS = ("mlp", "cnn1d", "resnet20", "resnet50", "linear")
+#: Your own model, as ``model="package.module:function"``: a function of (input_shape,
+#: num_classes) returning a Keras 2 model that emits logits, importable on every rank.
+USER_MODEL = r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*"
+
+
+def is_user_model(name: object) -> bool:
+    """Whether ``name`` names your own model (``package.module:function``), not the catalogue's."""
+    import re
+
+    return isinstance(name, str) and re.fullmatch(USER_MODEL, name) is not None
+
+
+def check_user_model(name: str) -> None:
+    """For your own model, a ConfigError of one sentence when its module cannot be found from
+    here (``importlib.util.find_spec``: the module itself is not run; a package's parents are).
+    The ranks import it and call the function; their errors name the rank."""
+    import importlib.util
+
+    from hpclab.core.errors import ConfigError
+
+    if not is_user_model(name):
+        return
+    module = name.partition(":")[0]
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError) as exc:
+        found, why = False, f" ({type(exc).__name__}: {exc})"
+    else:
+        why = ""
+    if not found:
+        raise ConfigError(
+            f"RunConfig.model {name!r}: module {module!r} cannot be imported here{why}; install "
+            "it in the lab's environment or put its folder on PYTHONPATH (the engines inherit it)."
+        )
+
+
 #: The input kinds each model accepts.
 MODEL_INPUT = {
     "mlp": ("1d", "image"),
@@ -101,6 +137,9 @@ __all__ = [
     "DATASET_INPUT",
     "MODELS",
     "MODEL_INPUT",
+    "USER_MODEL",
+    "is_user_model",
+    "check_user_model",
     "OPTIMIZERS",
     "LR_SCALINGS",
     "LR_SCHEDULES",

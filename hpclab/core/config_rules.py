@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hpclab.core.catalog import models_for
+from hpclab.core.catalog import is_user_model, models_for
 from hpclab.core.errors import ConfigError
 from hpclab.core.knobs import fail, is_int
 
@@ -48,7 +48,7 @@ def validate(cfg) -> None:
                 f"{plain!r} with dataset 'synthetic' (its batch is random)",
             )
     fits = models_for(cfg.dataset)
-    if cfg.model not in fits:
+    if cfg.model not in fits and not is_user_model(cfg.model):  # (yours: checked on the ranks)
         fail("model", cfg.model, f"a model for dataset {cfg.dataset!r}: one of {', '.join(fits)}")
     if cfg.validation_size() < 1 or cfg.train_size() < cfg.batch_per_worker:
         fail(

@@ -47,6 +47,7 @@ from hpclab.core.catalog import (
     SHUFFLES,
     UPDATES,
     VALIDATIONS,
+    is_user_model,
 )
 from hpclab.core.errors import ConfigError
 
@@ -90,6 +91,8 @@ class Knob:
     lo_open: bool = False
     off: float | None = None
     choices: tuple[str, ...] = ()
+    # a choice that also takes values outside ``choices``: (a test of the value, its words)
+    or_else: tuple[Any, str] | None = None
     step: float = 1  # the panel's increment
     noun: str = ""  # what a number is, in the error ("a factor"); default: an integer / a number
     section: str = ""  # set by `_section`
@@ -106,7 +109,8 @@ class Knob:
     def allowed(self) -> str:
         """What the knob accepts, in the words of its error."""
         if self.kind == "choice":
-            return "one of " + ", ".join(repr(c) for c in self.choices)
+            more = f", or {self.or_else[1]}" if self.or_else else ""
+            return "one of " + ", ".join(repr(c) for c in self.choices) + more
         if self.kind == "bool":
             return "True or False"
         if self.kind == "text":
@@ -129,6 +133,8 @@ class Knob:
         """Whether ``value`` is one this knob may take (on its own: see config_rules for the
         rules between knobs)."""
         if self.kind == "choice":
+            if self.or_else and self.or_else[0](value):
+                return True
             return isinstance(value, str) and value in self.choices
         if self.kind == "bool":
             return isinstance(value, bool)
@@ -196,7 +202,9 @@ KNOBS: tuple[Knob, ...] = (
     *_section(
         "model and optimizer",
         Knob("model", "choice", "cnn1d", "the network; it must accept the dataset's input "
-             "(1-D or images)", "model", choices=MODELS),
+             "(1-D or images); or your own: 'package.module:function'", "model",
+             choices=MODELS, or_else=(is_user_model, "'package.module:function' (your own "
+             "Keras model: a function of (input_shape, num_classes))")),
         Knob("optimizer", "choice", "momentum", "the update rule (lars and lamb for large "
              "batches)", "optimizer", choices=OPTIMIZERS),
         Knob("momentum", "float", 0.9, "momentum / lars / lamb(beta1) / adam(beta1)",

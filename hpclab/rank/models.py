@@ -40,7 +40,7 @@ import itertools
 
 import tensorflow as tf
 
-from hpclab.core.catalog import MODELS
+from hpclab.core.catalog import MODELS, is_user_model
 
 layers = tf.keras.layers
 
@@ -165,15 +165,60 @@ _BUILDERS = {
 }
 
 
+def user_model(name: str, input_shape: tuple, num_classes: int) -> tf.keras.Model:
+    """Your own model, ``name = "package.module:function"``: ``function(input_shape,
+    num_classes)`` imported on this rank and called after the run's seed and precision policy
+    are set (so its layers take both), returning a Keras 2 model whose output is
+    ``num_classes`` logits per sample. Anything else is a ValueError of one sentence naming the
+    model, what was found and what is needed (the client adds the rank)."""
+    import importlib
+
+    module_name, _, function_name = name.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:  # noqa: BLE001 — the user's import: every failure is the sentence
+        raise ValueError(
+            f"model {name!r}: module {module_name!r} could not be imported on this rank "
+            f"({type(exc).__name__}: {exc}); it must be importable where the engines run "
+            "(installed in the venv, or on PYTHONPATH)."
+        ) from None
+    build = getattr(module, function_name, None)
+    if not callable(build):
+        raise ValueError(
+            f"model {name!r}: module {module_name!r} has no function {function_name!r}."
+        )
+    try:
+        model = build(input_shape, num_classes)
+    except Exception as exc:  # noqa: BLE001
+        raise ValueError(
+            f"model {name!r}: {function_name}(input_shape={input_shape}, "
+            f"num_classes={num_classes}) raised {type(exc).__name__}: {exc}"
+        ) from None
+    if not isinstance(model, tf.keras.Model):
+        raise ValueError(
+            f"model {name!r}: {function_name} returned a {type(model).__name__}, not a Keras "
+            "model (tf.keras.Model; with TensorFlow 2.15, Keras 2)."
+        )
+    out = tuple(model.output_shape) if hasattr(model, "output_shape") else ()
+    if out[1:] != (num_classes,):
+        raise ValueError(
+            f"model {name!r} emits shape {out}; it must emit (batch, {num_classes}) logits, one "
+            "per class, without a softmax."
+        )
+    return model
+
+
 def build_model(name: str, input_shape, num_classes: int, seed: int = 0) -> tf.keras.Model:
     """The model `name` for inputs of `input_shape` (no batch axis), emitting float32 logits.
 
     ``mlp`` and ``linear`` take any shape; ``cnn1d`` a 1-D signal such as MNIST-1D's (40,); ``resnet20`` and
     ``resnet50`` images (H, W, C).
     """
+    input_shape = tuple(int(d) for d in input_shape)
+    if is_user_model(name):
+        return user_model(name, input_shape, int(num_classes))
     if name not in _BUILDERS:
         raise ValueError(f"model must be one of {', '.join(MODELS)}; you passed model={name!r}.")
-    input_shape = tuple(int(d) for d in input_shape)
     if name in ("resnet20", "resnet50") and len(input_shape) != 3:
         raise ValueError(
             f"model {name!r} needs image inputs (height, width, channels); "

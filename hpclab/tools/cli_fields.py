@@ -66,8 +66,8 @@ def convert(knob: Knob, text: str) -> Any:
         kind = "an integer" if knob.kind == "int" else "a finite number"
         raise argparse.ArgumentTypeError(f"{text!r} is not {kind}") from None
     if knob.kind == "choice":
-        if text not in knob.choices:
-            raise argparse.ArgumentTypeError(f"{text!r} is not one of {', '.join(knob.choices)}")
+        if not knob.admits(text):
+            raise argparse.ArgumentTypeError(f"{text!r} is not {knob.allowed()}")
         return text
     if knob.kind == "bool":
         if text.lower() in _TRUE:

@@ -1,0 +1,20 @@
+"""Models as a researcher writes them, for tests/test_user_model.py: ``model="user_models:NAME"``
+(the engines import this module; the test puts this folder on PYTHONPATH)."""
+
+import tensorflow as tf
+
+
+def tiny_dense(input_shape, num_classes):
+    """A small MLP of your own: logits, float32 at the end (Keras' mixed-precision guide)."""
+    inputs = tf.keras.Input(shape=input_shape)
+    x = tf.keras.layers.Flatten()(inputs)
+    x = tf.keras.layers.Dense(64, activation="relu")(x)
+    outputs = tf.keras.layers.Dense(num_classes, dtype="float32")(x)
+    return tf.keras.Model(inputs, outputs, name="tiny_dense")
+
+
+def wrong_output(input_shape, num_classes):
+    """A model that forgot the classes: one output per sample."""
+    inputs = tf.keras.Input(shape=input_shape)
+    outputs = tf.keras.layers.Dense(1)(tf.keras.layers.Flatten()(inputs))
+    return tf.keras.Model(inputs, outputs)
