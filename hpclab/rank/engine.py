@@ -64,9 +64,26 @@ def init_worker(threads: int = 1, probe: tuple[str, str] | None = None) -> dict:
         "slurm_job": os.environ.get("SLURM_JOB_ID", ""),
         "slurm_step": os.environ.get("SLURM_STEP_ID", ""),
         "visible_gpus": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
+        **memory(),
     }
     _STATE.update(initialised=True, identity=identity)
     return dict(identity, runs_dir_shared=shared, tf_import_s=t1 - t0, horovod_init_s=t2 - t1)
+
+
+def memory() -> dict:
+    """This engine's resident memory now and at its peak, in MiB, from the process itself
+    (``/proc/self/statm`` and ``getrusage``; ``ru_maxrss`` is in KiB on Linux). Recorded in
+    ``lab.ranks``: what a node must hold per engine (a hub's ``req_memory``)."""
+    import resource
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    try:
+        pages = int(Path("/proc/self/statm").read_text().split()[1])
+        now = pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except (OSError, ValueError, IndexError):  # not Linux: the peak is the figure there is
+        now = peak
+    # ru_maxrss lags the pages just touched: the peak is at least what is resident now
+    return {"rss_mib": round(now, 1), "peak_rss_mib": round(max(peak, now), 1)}
 
 
 def _reads(probe: tuple[str, str]) -> bool:
