@@ -24,6 +24,7 @@ from pathlib import Path
 from hpclab.cluster import host, profiles
 from hpclab.cluster.engines import EngineSet
 from hpclab.cluster.host import find_mpiexec
+from hpclab.cluster.idle import IdleStop, check_after
 from hpclab.cluster.lab_args import LAUNCHERS, check_args, check_groups, settings_of
 from hpclab.cluster.launch import plan_launch
 from hpclab.cluster.profiles import Profile
@@ -55,7 +56,10 @@ class Lab:
     (inside a Slurm allocation: `srun`; elsewhere: `mpiexec` on this machine). `nodes=` spreads
     the engines over that many nodes. `start_timeout` bounds registration (None: the profile's,
     90 s on this machine). `verbose=True` prints one line when the engines are ready (and the
-    queue state while a Slurm job waits). `lab.ranks` maps rank -> engine id, pid, host, node.
+    queue state while a Slurm job waits). `lab.ranks` maps rank -> engine id, pid, host, node,
+    and its resident memory at start (`rss_mib`, `peak_rss_mib`). `idle_stop_s=` stops the
+    engines after that many idle seconds (an idle engine spins: hpclab.cluster.idle); the next
+    run or `apply` starts them again.
 
     What Horovod reads once, at ``hvd.init()``, is the lab's, not a run's:
     ``engine_settings=EngineSettings(cycle_time_ms=..., fusion_mb=...)``
@@ -81,6 +85,7 @@ class Lab:
         mpiexec: str | None = None,
         groups: int = 1,
         engine_settings: EngineSettings | None = None,
+        idle_stop_s: float | None = None,
         verbose: bool = True,
     ):
         check_args(workers, launcher, threads_per_worker, start_timeout, nodes, mpiexec, groups)
@@ -116,6 +121,7 @@ class Lab:
         self._engine_ids: list[int] = []
         self._lost: str | None = None
         self._settings = settings
+        self._idle = IdleStop(self, check_after(idle_stop_s))
         _LIVE_LABS.add(self)  # before start(): an interrupted start still gets cleaned up at exit
         self.start()
 
@@ -219,6 +225,7 @@ class Lab:
 
     def stop(self) -> None:
         """Stop a running run (if any), the engines and the controller; bounded in time."""
+        self._idle.cancel()
         if self.current_run is not None and not self.current_run.done and self._lost is None:
             try:
                 self.current_run.stop(timeout=5)
@@ -317,6 +324,10 @@ class Lab:
         ``resume=``: a stopped, failed or abandoned run (its Run, RunRecord, id or folder)
         goes on in its own folder from its latest checkpoint (hpclab.cluster.resume); ``cfg``
         then defaults to the recorded one, and may differ only in hpclab.cluster.resume.FREE."""
+        with self._idle.active():  # engines stopped while idle start again
+            return self._run(cfg, resume)
+
+    def _run(self, cfg: RunConfig | None, resume) -> Run:
         from hpclab.rank import engine
 
         resuming = None
@@ -391,6 +402,10 @@ class Lab:
         ``timeout`` seconds in (or 10 s after another rank raised: they wait in a collective for
         ever), end every rank, like a run that loses its engines: the next call restarts them.
         """
+        with self._idle.active():  # engines stopped while idle start again
+            return self._apply(fn, *args, timeout=timeout, **kwargs)
+
+    def _apply(self, fn, *args, timeout: float, **kwargs) -> list:
         if self._lost is not None:
             log.warning("the previous engines were lost (%s); restarting them.", self._lost)
             self.restart()
