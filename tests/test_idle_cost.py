@@ -17,8 +17,7 @@ import pytest
 
 from hpclab.cluster.lab import Lab
 from hpclab.core.config import RunConfig
-
-pytestmark = [pytest.mark.mpi, pytest.mark.slow, pytest.mark.own_lab]
+from hpclab.core.errors import ConfigError
 
 WINDOW_S = 5.0
 MAX_CORE_PER_ENGINE = 0.05
@@ -47,6 +46,9 @@ def cores_over_window(seconds: float = WINDOW_S) -> float:
     return (c1 - c0) / (time.perf_counter() - t0)
 
 
+@pytest.mark.mpi
+@pytest.mark.slow
+@pytest.mark.own_lab
 def test_an_idle_lab_stops_its_engines_and_the_next_run_starts_them(tmp_path):
     """After one tiny run the lab idles; once `idle_stop_s` has passed (the `stopped` event),
     everything the lab started uses at most 0.05 of a core per engine over 5 s.
@@ -80,3 +82,11 @@ def test_an_idle_lab_stops_its_engines_and_the_next_run_starts_them(tmp_path):
         assert all(rank["rss_mib"] > 100 for rank in lab.ranks)
     finally:
         lab.stop()
+
+
+@pytest.mark.parametrize("value", [0, -1, float("nan"), float("inf"), True, "60"])
+def test_a_bad_idle_stop_is_refused_before_any_engine_starts(value):
+    t0 = time.perf_counter()
+    with pytest.raises(ConfigError, match=r"Lab.idle_stop_s.*idle_stop_s="):
+        Lab(workers=2, idle_stop_s=value)
+    assert time.perf_counter() - t0 < 1
