@@ -67,7 +67,10 @@ def convert(knob: Knob, text: str) -> Any:
         raise argparse.ArgumentTypeError(f"{text!r} is not {kind}") from None
     if knob.kind == "choice":
         if not knob.admits(text):
-            raise argparse.ArgumentTypeError(f"{text!r} is not {knob.allowed()}")
+            more = f", or {knob.or_else[1]}" if knob.or_else else ""
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not one of {', '.join(knob.choices)}{more}"
+            )
         return text
     if knob.kind == "bool":
         if text.lower() in _TRUE:
