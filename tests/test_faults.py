@@ -33,7 +33,10 @@ ROOT = Path(__file__).resolve().parents[1]
 MARK = "HPCLAB_FAULT_TEST"
 
 CLIENT = """
-import sys
+import signal, sys
+# Ctrl-C reaches Python as in a terminal or a kernel, even when this test runs as a background
+# job (a shell without job control starts those with SIGINT ignored, and Python then keeps it so)
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from hpclab import Lab
 print("START", flush=True)
 try:
