@@ -3,7 +3,7 @@
 
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
-VENV := .venv
+VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_FAST := -m "not mpi and not notebook and not browser and not slurm and not hub and not slow"
 
@@ -15,7 +15,7 @@ help: ## show this help
 	@echo "Environment: HPCLAB_MPI=system builds against the site MPI on PATH (see scripts/setup.sh)."
 
 setup: ## create .venv, install the locked packages, build/reuse Horovod, run `hpclab doctor --quick`
-	@scripts/setup.sh
+	@HPCLAB_VENV=$(VENV) scripts/setup.sh
 
 lint: setup ## ruff: lint and format check (fix with `.venv/bin/ruff format . && .venv/bin/ruff check --fix .`)
 	$(VENV)/bin/ruff check .

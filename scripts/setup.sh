@@ -26,6 +26,9 @@
 #                       Horovod with HOROVOD_GPU_OPERATIONS=NCCL (Horovod's GPU install docs); the
 #                       wheel cache key ends in -nccl. NOTE: written to those docs, never run here:
 #                       the project's test machines have no GPU.
+#   HPCLAB_VENV         the virtual environment to set up (default .venv; `make VENV=... setup`).
+#   HPCLAB_WHEEL_CACHE  per-user folder of compiled Horovod wheels, one sub-folder per cache key
+#                       (default ~/.cache/hpclab/wheels; "none" = only the checkout's .cache/wheels).
 #   HPCLAB_PYTHON       interpreter to create the venv with (must be Python 3.11).
 #   HPCLAB_BUILD_JOBS   parallel compile jobs for Horovod (default: nproc, at most 8; each job
 #                       needs about 1.5 GB of memory because of the TensorFlow headers).
@@ -33,7 +36,11 @@ set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT="$PWD"
-VENV="$ROOT/.venv"
+VENV="${HPCLAB_VENV:-.venv}"
+[[ "$VENV" == /* ]] || VENV="$ROOT/$VENV"
+# Compiled wheels are also kept per user, outside the checkout, so each build is paid once per
+# machine and user (a fresh clone reuses it; an empty cache still builds). "none" turns it off.
+USER_WHEELS="${HPCLAB_WHEEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hpclab/wheels}"
 PY="$VENV/bin/python"
 CACHE="$ROOT/.cache"
 HOROVOD_VERSION=0.28.1
@@ -174,6 +181,12 @@ build_horovod() {  # build_horovod KEY DIR: compile the wheel into DIR with its 
   rm -rf "$tmp"
   build write-meta "$dir" "$(ls "$dir"/horovod-*.whl)" --seconds "$((SECONDS - start))"
   echo "    built $(basename "$dir"/horovod-*.whl) in $((SECONDS - start)) s"
+  if [[ "$USER_WHEELS" != none ]]; then  # best effort: a read-only home only loses the reuse
+    { rm -rf "$USER_WHEELS/$key.tmp" && mkdir -p "$USER_WHEELS/$key.tmp" \
+        && cp -p "$dir"/* "$USER_WHEELS/$key.tmp"/ && rm -rf "$USER_WHEELS/$key" \
+        && mv "$USER_WHEELS/$key.tmp" "$USER_WHEELS/$key"; } 2>/dev/null \
+      || echo "    (could not keep a copy in $USER_WHEELS; the next clone builds again)"
+  fi
 }
 
 install_horovod() {  # install_horovod DIR: install the cached wheel in DIR and record it
@@ -189,7 +202,14 @@ else
   echo "    installed Horovod not usable: $reason"
   KEY="$(build key)" || die "could not describe the build environment; see the message above."
   DIR="$CACHE/wheels/$KEY"
-  build check-cache "$DIR" > /dev/null || build_horovod "$KEY" "$DIR"
+  if ! build check-cache "$DIR" > /dev/null; then
+    if [[ "$USER_WHEELS" != none ]] && build check-cache "$USER_WHEELS/$KEY" > /dev/null 2>&1; then
+      echo "    reusing the wheel built earlier on this machine: $USER_WHEELS/$KEY"
+      rm -rf "$DIR" && mkdir -p "$DIR" && cp -p "$USER_WHEELS/$KEY"/* "$DIR"/
+    else
+      build_horovod "$KEY" "$DIR"
+    fi
+  fi
   install_horovod "$DIR"
   if ! reason="$(build check-installed 2>&1)"; then
     echo "    after installing the cached wheel: $reason; rebuilding it from source"
