@@ -133,6 +133,50 @@ def test_reopening_a_run_folder_drops_rows_past_the_checkpoint(tmp_path):
     assert record.meta["resumed"] == [{"from_step": 20}]
 
 
+def test_checkpoints_by_minutes_and_the_number_kept(tmp_path, monkeypatch):
+    clock = [1000.0]
+    monkeypatch.setattr(checkpoint.time, "monotonic", lambda: clock[0])
+    saver = checkpoint.Checkpointer(tmp_path, 0, 0, {}, minutes=2.0, keep=3)
+    assert saver.steps_to(5, 100) == 100  # minutes do not cut calls
+    assert not saver.due(5, "finished", 100)
+    clock[0] += 119.0
+    assert not saver.due(6, "finished", 100)
+    clock[0] += 1.0
+    assert saver.due(7, "finished", 100) and not saver.due(100, "finished", 100)
+    for step in range(1, 6):
+        saver.save(step, _values(step), {})
+    assert [p.name for p in checkpoint.listed(tmp_path)] == [checkpoint.name(s) for s in (3, 4, 5)]
+    assert not saver.due(8, "finished", 100)  # the save restarted the clock
+    assert saver.due(8, "stopped", 100)  # a stop always saves (to resume from)
+    assert saver.summary()["keep"] == 3 and saver.summary()["minutes"] == 2.0
+    off = checkpoint.Checkpointer(tmp_path, 0, 0, {})
+    assert not off.due(8, "stopped", 100) and off.summary() is None
+
+
+def test_a_resume_on_other_workers_needs_a_rule_and_records_it(tmp_path, caplog):
+    path = _recorded(tmp_path, "failed")  # 2 workers, batch 64 each: global 128
+    with pytest.raises(ConfigError, match="choose rescale= one of keep_global_batch"):
+        resume.prepare(path, None, 1, tmp_path)
+    with caplog.at_level(logging.WARNING, logger="hpclab.cluster.resume"):
+        kept = resume.prepare(path, None, 1, tmp_path, "keep_global_batch")
+    assert any("not bit for bit" in r.getMessage() for r in caplog.records)
+    assert kept.cfg.batch_per_worker == 2 * CFG.batch_per_worker
+    entry = kept.resumed[-1]
+    assert entry["exact"] is False and kept.start_step == 20 and kept.workers == 1
+    two, one = CFG.for_workers(2), kept.cfg.for_workers(1)
+    assert entry["rescale"]["global_batch"] == [two.global_batch, one.global_batch]
+    assert entry["rescale"]["peak_lr"] == [two.peak_lr, one.peak_lr] and one.peak_lr == two.peak_lr
+
+    per_rank = resume.prepare(path, None, 1, tmp_path, "keep_per_rank_batch")
+    one = CFG.for_workers(1)
+    assert per_rank.cfg == CFG and per_rank.resumed[-1]["rescale"]["peak_lr"][1] == one.peak_lr
+    assert per_rank.start_step == 20 * two.global_batch // one.global_batch
+    with pytest.raises(ConfigError, match="global batch 128 to split evenly over 3 workers"):
+        resume.prepare(path, None, 3, tmp_path, "keep_global_batch")
+    with pytest.raises(ConfigError, match="rescale='half' is not a rule"):
+        resume.prepare(path, None, 1, tmp_path, "half")
+
+
 # -- real ranks --------------------------------------------------------------------------------
 
 
@@ -191,3 +235,42 @@ def test_hpclab_run_resume_refuses_a_finished_run_before_any_engine(tmp_path, ca
     code = cli.main(["run", "--resume", done.name, "--runs-dir", str(tmp_path), "--no-progress"])
     assert code == 2
     assert f"run {done.name} ended finished" in capsys.readouterr().err
+
+
+@pytest.mark.mpi
+@pytest.mark.slow
+def test_a_run_that_lost_a_rank_resumes_on_one_worker_by_the_rule(lab):
+    import os
+    import signal
+
+    from hpclab.core.errors import RunFailed
+
+    every = 20
+    cfg = RunConfig(num_samples=8192, epochs=3, checkpoint_every=every, seed=5)
+    run = lab.run(cfg)
+    past = threading.Event()
+    run.on_update(lambda r: r.last_row is not None and r.last_row["step"] > every and past.set())
+    assert past.wait(120), "no history row past the first checkpoint arrived"
+    os.kill(lab.ranks[1]["pid"], signal.SIGKILL)  # a lost rank
+    with pytest.raises(RunFailed):
+        run.wait(60)
+    from_step = checkpoint.read_meta(checkpoint.latest(run.path))["step"]
+    try:
+        lab.restart(workers=1)  # the ranks it has
+        end = lab.run(resume=run, rescale="keep_per_rank_batch").wait(300)
+    finally:
+        lab.restart(workers=2)
+    one, two = cfg.for_workers(1), cfg.for_workers(2)
+    assert end["status"] == "finished" and end["steps"] == one.total_steps
+    rule = end["resumed"][-1]["rescale"]
+    assert rule["rule"] == "keep_per_rank_batch" and rule["workers"] == [2, 1]
+    assert rule["global_batch"] == [two.global_batch, one.global_batch]
+    assert rule["peak_lr"] == [two.peak_lr, one.peak_lr]
+    start = from_step * two.global_batch // one.global_batch
+    assert end["start_step"] == start == rule["start_step"]
+    record = load_run(run.path)
+    assert record.workers == 1 and record.meta["derived"]["peak_lr"] == one.peak_lr
+    after = record.history[record.history["step"] > start]
+    assert len(after) and np.allclose(
+        after["lr"], [one.lr_at(s - 1) for s in after["step"]], rtol=1e-5
+    )

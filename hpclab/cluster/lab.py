@@ -318,21 +318,23 @@ class Lab:
                 split,
             )
 
-    def run(self, cfg: RunConfig | None = None, *, resume=None) -> Run:
+    def run(self, cfg: RunConfig | None = None, *, resume=None, rescale: str | None = None) -> Run:
         """Start `cfg` on every rank and return its `Run` at once.
 
         ``resume=``: a stopped, failed or abandoned run (its Run, RunRecord, id or folder)
         goes on in its own folder from its latest checkpoint (hpclab.cluster.resume); ``cfg``
-        then defaults to the recorded one, and may differ only in hpclab.cluster.resume.FREE."""
+        then defaults to the recorded one, and may differ only in hpclab.cluster.resume.FREE.
+        On another number of workers than recorded, ``rescale=`` "keep_global_batch" or
+        "keep_per_rank_batch" says how the batch and LR follow (not bit for bit)."""
         with self._idle.active():  # engines stopped while idle start again
-            return self._run(cfg, resume)
+            return self._run(cfg, resume, rescale)
 
-    def _run(self, cfg: RunConfig | None, resume) -> Run:
+    def _run(self, cfg: RunConfig | None, resume, rescale: str | None = None) -> Run:
         from hpclab.rank import engine
 
         resuming = None
         if resume is not None:  # checked before any engine works
-            resuming = prepare_resume(resume, cfg, self.workers, self.runs_dir)
+            resuming = prepare_resume(resume, cfg, self.workers, self.runs_dir, rescale)
             cfg = resuming.cfg
         if not isinstance(cfg, RunConfig):
             raise ConfigError(f"Lab.run needs a RunConfig; you passed {type(cfg).__name__}.")
@@ -374,6 +376,7 @@ class Lab:
                 str(store.path),
                 str(self.data_dir),
                 str(resuming.checkpoint) if resuming is not None else None,
+                resuming.start_step if resuming is not None else None,
             )
             for eid in self._engine_ids
         ]

@@ -257,6 +257,11 @@ KNOBS: tuple[Knob, ...] = (
         Knob("checkpoint_every", "int", 0, "rank 0 saves the training state every this many "
              "steps and at a stop, to resume from (0 = off)", "checkpoint every", lo=0,
              hi=10_000_000, step=100),
+        Knob("checkpoint_minutes", "float", 0.0, "rank 0 also saves the training state after "
+             "the call that ends this many minutes after the last save (0 = off)",
+             "checkpoint minutes", lo=0.0, hi=100_000.0, step=5),
+        Knob("checkpoint_keep", "int", 2, "checkpoints kept in the run folder (the newest, and "
+             "older ones to fall back to if it is damaged)", "checkpoints kept", lo=1, hi=1000),
     ),
     *_section(
         "where the time goes",

@@ -10,7 +10,8 @@ broadcasts (``broadcast_variables``). Nothing is pickled (``allow_pickle=False``
 
 The write is atomic — a temporary file in the same folder, ``fsync``, ``os.replace``, then the
 folder's ``fsync`` — so a crash or a walltime kill mid-write leaves the previous checkpoints
-intact, never half a file under a checkpoint's name. The last :data:`KEEP` are kept.
+intact, never half a file under a checkpoint's name. The newest ``checkpoint_keep`` (default
+:data:`KEEP`) are kept.
 :func:`latest` returns the newest checkpoint that reads back whole (a zip member's CRC is
 checked as it is read); a corrupt or partial one is skipped with a warning naming it.
 
@@ -133,30 +134,45 @@ def latest(run_dir: Path | str) -> Path | None:
 
 
 class Checkpointer:
-    """The trainer's side: when a call must end (a multiple of ``every`` steps), the write on
-    rank 0, and what the summary reports. ``every`` 0: off (and no write on a stop)."""
+    """The trainer's side: when a call must end (a multiple of ``every`` steps), when a save is
+    due (that, or ``minutes`` since the last save), the write on rank 0 (the newest ``keep``
+    kept), and what the summary reports. ``every`` and ``minutes`` 0: off (and no write on a
+    stop)."""
 
-    def __init__(self, run_dir: Path, every: int, rank: int, meta: dict):
+    def __init__(
+        self, run_dir: Path, every: int, rank: int, meta: dict, minutes: float = 0.0, keep=KEEP
+    ):
         self.run_dir, self.every, self.rank, self.meta = run_dir, int(every), rank, meta
+        self.minutes, self.keep = float(minutes), int(keep)
+        self.on = bool(self.every or self.minutes)
         self.written, self.seconds, self.bytes = 0, 0.0, 0
         self.last: str | None = None
+        self.t_last = time.monotonic()  # (the run's start counts as a save for ``minutes``)
 
     def steps_to(self, step: int, total: int) -> int:
         """Steps from ``step`` to the next checkpoint (calls end there); ``total`` if off."""
         return self.every - step % self.every if self.every else total
 
     def due(self, step: int, status: str, total: int) -> bool:
-        """A checkpoint after the call that ended at ``step``: at a multiple of ``every`` while
-        the run goes on, and at the last step of a stopped run (to resume from)."""
-        if not self.every or step >= total:
+        """A checkpoint after the call that ended at ``step``: at a multiple of ``every`` or
+        ``minutes`` after the last save while the run goes on, and at the last step of a
+        stopped run (to resume from). Only rank 0 writes, so only rank 0's clock matters."""
+        if not self.on or step >= total:
             return False
-        return status == "stopped" or (status == "finished" and step % self.every == 0)
+        if status == "stopped":
+            return True
+        if status != "finished":
+            return False
+        by_steps = bool(self.every) and step % self.every == 0
+        by_time = bool(self.minutes) and time.monotonic() - self.t_last >= 60 * self.minutes
+        return by_steps or by_time
 
     def save(self, step: int, values: list, host: dict) -> float:
         """Rank 0: write step ``step``'s checkpoint; the seconds it took (0 on other ranks)."""
         if self.rank != 0:
             return 0.0
-        out = write(self.run_dir, step, values, {**self.meta, "host": host})
+        out = write(self.run_dir, step, values, {**self.meta, "host": host}, keep=self.keep)
+        self.t_last = time.monotonic()
         self.written += 1
         self.seconds += out["seconds"]
         self.bytes = out["bytes"]
@@ -164,10 +180,12 @@ class Checkpointer:
         return out["seconds"]
 
     def summary(self) -> dict | None:
-        if not self.every:
+        if not self.on:
             return None
         return {
             "every": self.every,
+            "minutes": self.minutes,
+            "keep": self.keep,
             "written": self.written,
             "seconds": self.seconds,
             "bytes": self.bytes,  # of the last one

@@ -122,10 +122,17 @@ def allreduce_check() -> dict:
 
 
 def train(
-    cfg_dict: dict, plan_dict: dict, run_dir: str, data_dir: str, checkpoint: str | None = None
+    cfg_dict: dict,
+    plan_dict: dict,
+    run_dir: str,
+    data_dir: str,
+    checkpoint: str | None = None,
+    start_step: int | None = None,
 ) -> dict:
     """Train one run on this rank and return this rank's summary (rank 0's also has the rows).
-    ``checkpoint``: a checkpoint's path (hpclab.rank.checkpoint) the run resumes from."""
+    ``checkpoint``: a checkpoint's path (hpclab.rank.checkpoint) the run resumes from;
+    ``start_step``: the step it starts at when that is not the checkpoint's (a resume on another
+    number of workers, hpclab.cluster.resume)."""
     from ipyparallel.datapub import publish_data
 
     from hpclab.rank.heartbeat import Heartbeat
@@ -133,7 +140,9 @@ def train(
 
     _STATE.pop("last_trainer", None)  # free the previous run's model, graphs and pipeline now
     with Heartbeat(publish_data):  # the client's watchdog names a rank that stops beating
-        trainer = Trainer(cfg_dict, plan_dict, Path(run_dir), Path(data_dir), checkpoint)
+        trainer = Trainer(
+            cfg_dict, plan_dict, Path(run_dir), Path(data_dir), checkpoint, start_step
+        )
         summary = trainer.run()
     summary["versions"] = versions()
     # Tearing down TF graphs can take seconds on a busy machine; keep

@@ -77,6 +77,7 @@ class Trainer:
         run_dir: Path,
         data_dir: Path,
         checkpoint: str | None = None,
+        start_step: int | None = None,
     ):
         self.cfg = RunConfig.from_dict(cfg_dict)
         self.cfg_dict = self.cfg.to_dict()
@@ -84,6 +85,7 @@ class Trainer:
         self.run_dir, self.data_dir = run_dir, data_dir
         self.stop_file = run_dir / "STOP"
         self.resume_from = checkpoint  # a checkpoint's path: the run goes on from it
+        self.rescaled_start = start_step  # on another world: the step it goes on from
 
     # -- set-up ----------------------------------------------------------------------------
     def setup(self) -> None:
@@ -187,6 +189,7 @@ class Trainer:
         self.grad_elems = float(sum(v.shape.num_elements() for v in self.model.trainable_variables))
         inner = self.optimizer.inner_optimizer if self.step.loss_scaled else self.optimizer
         inner.build(self.model.trainable_variables)
+        self.inner = inner
         # the whole training state: weights, optimizer state, the features' own (a central
         # model), and mixed_float16's dynamic loss scale (its value and good-step counter)
         scale = getattr(self.optimizer, "_loss_scale", None) if self.step.loss_scaled else None
@@ -194,7 +197,14 @@ class Trainer:
         state = [*self.model.variables, *inner.variables, *self.step.state, *scaling]
         self.state = state
         which = {"model": cfg.model, "dataset": cfg.dataset, "workers": self.world}
-        self.ckpt = ckpt.Checkpointer(self.run_dir, cfg.checkpoint_every, self.rank, which)
+        self.ckpt = ckpt.Checkpointer(
+            self.run_dir,
+            cfg.checkpoint_every,
+            self.rank,
+            which,
+            minutes=cfg.checkpoint_minutes,
+            keep=cfg.checkpoint_keep,
+        )
         self.start_step, self.host = self._resume(state, which)
         if self.world > 1:
             # Horovod: start every rank from rank 0's weights and optimizer state.
@@ -208,8 +218,14 @@ class Trainer:
         if self.resume_from is None:
             return 0, {}
         failure = None
+        if self.rescaled_start is not None:  # written by another world (the client checked)
+            which = {k: v for k, v in which.items() if k != "workers"}
         try:
             out = ckpt.restore(self.resume_from, state, self.rank, which)
+            if self.rescaled_start is not None:
+                # the LR schedule reads the optimizer's step: the new world's step count
+                self.inner.iterations.assign(self.rescaled_start)
+                out = (self.rescaled_start, out[1])
         except (OSError, ValueError) as exc:
             failure = exc
         if self._barrier(failed=failure is not None):  # Horovod: every rank learns it

@@ -182,6 +182,14 @@ def configure_run(parser: argparse.ArgumentParser) -> None:
         "checkpoint (it ran with --checkpoint-every); knob options may change only its name, "
         "tags, publish and checkpoint cadence",
     )
+    parser.add_argument(
+        "--rescale",
+        default=None,
+        choices=("keep_global_batch", "keep_per_rank_batch"),
+        help="with --resume on another --workers than recorded: keep the global batch (each "
+        "rank's batch changes) or each rank's batch (the LR follows the run's lr_scaling); not "
+        "bit for bit an uninterrupted run",
+    )
     out = parser.add_argument_group("output")
     out.add_argument(
         "--json",
@@ -219,7 +227,7 @@ def run(args: argparse.Namespace) -> int:
         with _start_lab(args, workers, settings) as lab:
             if resuming is not None:
                 say(f"hpclab run: resuming from step {resuming.from_step} ({resuming.checkpoint})")
-                handle = lab.run(cfg, resume=resuming.record.path)
+                handle = lab.run(cfg, resume=resuming.record.path, rescale=args.rescale)
             else:
                 handle = lab.run(cfg)
             say(f"hpclab run: recording to {handle.path}")
@@ -276,7 +284,8 @@ def _resume(args: argparse.Namespace, runs_dir: Path):
     record = load_run(resume.run_folder(args.resume, runs_dir))
     cfg = RunConfig.from_dict(record.config).replace(**field_values(args))
     workers = args.workers or record.workers
-    return cfg, workers, resume.prepare(record.path, cfg, workers, runs_dir)
+    checked = resume.prepare(record.path, cfg, workers, runs_dir, args.rescale)
+    return checked.cfg, workers, checked
 
 
 def _wait_quietly(handle, timeout: float | None = None) -> None:
