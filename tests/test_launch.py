@@ -138,7 +138,9 @@ def test_profile_threads_environment_prefix_python_ports_and_srun_extra():
                             "ipyparallel.engine")  # fmt: skip
     assert {"--mpi=pmix", "--exclusive", "--immediate=5", "--cpus-per-task=4"} <= set(p.launch_args)
     assert p.registration_timeout_s == 77
-    assert "--ports=50000-50100" in p.cluster_kwargs()["controller_args"]
+    assert p.ports == "50000-50100" and p.record()["ports"] == "50000-50100"
+    args = p.cluster_kwargs([50003, 50004])["controller_args"]
+    assert "--IPController.engine_ports=50003,50004" in args  # the free part cluster/ports.py chose
     assert plan(site, env=ALLOC, registration_timeout_s=9).registration_timeout_s == 9
 
 

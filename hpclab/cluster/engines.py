@@ -20,7 +20,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from hpclab.cluster import slurm
+from hpclab.cluster import ports, slurm
 from hpclab.cluster.launch import LaunchPlan
 from hpclab.core.errors import LabError
 
@@ -97,12 +97,13 @@ class EngineSet:
         step = "starting the ipyparallel controller"  # what a raw OSError/RuntimeError meant
         t0 = time.perf_counter()
         try:
-            self.cluster = ipp.Cluster(
-                config=plan.ipp_config(),
-                log_level=logging.ERROR,  # our own errors say what to do
-                **plan.cluster_kwargs(),
-            )
-            self.cluster.start_controller_sync()
+            with ports.reserved(plan.ports, plan.controller_ip) as engine_ports:
+                self.cluster = ipp.Cluster(
+                    config=plan.ipp_config(),
+                    log_level=logging.ERROR,  # our own errors say what to do
+                    **plan.cluster_kwargs(engine_ports),
+                )
+                self.cluster.start_controller_sync()
             self.phases["controller_s"] = time.perf_counter() - t0
             step = f"starting the engines ({plan.mode})"
             self.cluster.start_engines_sync(plan.workers)

@@ -61,6 +61,7 @@ class LaunchPlan:
     engine_cmd: tuple[str, ...] = ()  # empty: ipyparallel's default (this Python)
     batch_script: str = ""  # mode sbatch: ipyparallel template ({program_and_args} left in)
     submit_command: tuple[str, ...] = ()
+    ports: str = ""  # profile network.ports: engine ports come from this range (cluster/ports.py)
     controller_ip: str = ""  # empty: ipyparallel's default (127.0.0.1)
     controller_location: str = ""
     controller_args: tuple[str, ...] = ()
@@ -93,6 +94,8 @@ class LaunchPlan:
             out["batch_file"] = self.batch_file
         if self.controller_ip:
             out["controller_ip"] = self.controller_ip
+        if self.ports:
+            out["ports"] = self.ports
         return out
 
     def ipp_config(self):
@@ -118,8 +121,11 @@ class LaunchPlan:
             c.EngineLauncher.engine_args = ["--mpi", "--timeout=30"]  # batch sets add no --mpi
         return c
 
-    def cluster_kwargs(self) -> dict:
-        """Keyword arguments for `ipyparallel.Cluster` besides `config`."""
+    def cluster_kwargs(self, engine_ports: list[int] = ()) -> dict:
+        """Keyword arguments for `ipyparallel.Cluster` besides `config`; `engine_ports`: the
+        ports reserved in `self.ports` for this controller (`hpclab.cluster.ports.reserved`)."""
+        from hpclab.cluster.ports import controller_arg
+
         kwargs = {
             "engines": "mpi" if self.mode in ("mpiexec", "srun") else "slurm",
             "n": self.workers,
@@ -128,7 +134,11 @@ class LaunchPlan:
             "load_profile": False,  # never the user's ~/.ipython ipcluster_config.py
             "engine_timeout": int(self.registration_timeout_s),
             "delay": 0,  # engines get the connection info from the controller, no wait needed
-            "controller_args": [f"--ping={HEARTBEAT_MS}", *self.controller_args],
+            "controller_args": [
+                f"--ping={HEARTBEAT_MS}",
+                *self.controller_args,
+                *controller_arg(list(engine_ports)),
+            ],
         }
         if self.controller_ip:
             kwargs["controller_ip"] = self.controller_ip
@@ -244,7 +254,6 @@ def plan_launch(
         python = profile.launch.python or sys.executable
         engine_cmd = (*profile.launch.engine_prefix, python, "-m", "ipyparallel.engine")
     ip, location = _controller(profile, mode, nodes, env, interfaces, notes)
-    controller_args = (f"--ports={profile.network.ports}",) if profile.network.ports else ()
     common = dict(
         profile=profile.name,
         workers=workers,
@@ -256,7 +265,7 @@ def plan_launch(
         engine_cmd=engine_cmd,
         controller_ip=ip,
         controller_location=location,
-        controller_args=controller_args,
+        ports=profile.network.ports,
         job_name=job_name,
     )
     slurm = profile.slurm

@@ -264,6 +264,10 @@ def parse(text: str, *, source: str = "<string>", env: dict[str, str] | None = N
         if not isinstance(table, dict):
             raise ConfigError(f"profile {source}: [{section}] must be a table.")
         sections[section] = cls(**_section(table, section, cls, source, env))
+    if sections["network"].ports:  # "LOW-HIGH", checked now rather than at the lab's start
+        from hpclab.cluster.ports import parse as port_range
+
+        port_range(sections["network"].ports, f"profile {source}: network.ports")
     name = cluster.get("name") or Path(source).stem
     if not isinstance(name, str):
         raise ConfigError(f"profile {source}: cluster.name must be a string.")
