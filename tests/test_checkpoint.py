@@ -183,9 +183,12 @@ def test_a_resume_on_other_workers_needs_a_rule_and_records_it(tmp_path, caplog)
 @pytest.mark.mpi
 @pytest.mark.slow
 def test_a_stopped_run_resumed_ends_with_the_weights_of_an_uninterrupted_one(lab):
+    """Resumed by a sweep of that one point (a sweep under a walltime resumes its unfinished
+    point; the sweep calls lab.run(resume=...)); the uninterrupted run carries another name,
+    a label only, so the sweep does not take it for the point's result."""
     every = 20
     cfg = RunConfig(num_samples=8192, epochs=5, checkpoint_every=every, seed=3, max_steps=0)
-    whole = lab.run(cfg).wait(300)
+    whole = lab.run(cfg.replace(name="whole")).wait(300)
     assert whole["status"] == "finished"
     assert whole["checkpoints"]["written"] == whole["steps"] // every - (
         whole["steps"] % every == 0
@@ -207,9 +210,10 @@ def test_a_stopped_run_resumed_ends_with_the_weights_of_an_uninterrupted_one(lab
     stop_step = stopped["steps"]
     assert checkpoint.read_meta(checkpoint.latest(run.path))["step"] == stop_step
 
-    resumed = lab.run(resume=run)
-    assert resumed.path == run.path
-    end = resumed.wait(300)
+    seen = []
+    [record] = lab.sweep(cfg, seed=[3], progress=lambda *a: seen.append(a[-1]))
+    assert seen == ["running", "finished"] and record.path == run.path
+    end = record.summary
     assert end["status"] == "finished"
     assert end["steps"] == whole["steps"] and end["start_step"] == stop_step
     assert end["weights_digest"] == whole["weights_digest"]  # every rank, bit for bit

@@ -10,7 +10,9 @@ unit-tested without Slurm. Three modes:
 - ``srun`` (inside an allocation: salloc, sbatch, a JupyterHub job): ipyparallel's MPI launcher
   with ``srun --mpi=<plugin> -c T --cpu-bind=cores --kill-on-bad-exit=1 -I<s>`` as its command.
   The plugin is always explicit: Slurm's default ``MpiDefault=none`` would make every engine a
-  1-rank MPI world (slurm.conf(5), MpiDefault). ``-c`` is explicit because srun no longer
+  1-rank MPI world (slurm.conf(5), MpiDefault); the profile names it, or under ``auto`` it
+  follows the MPI Horovod was built with and the site's MpiDefault (hpclab.cluster.site_mpi).
+  ``-c`` is explicit because srun no longer
   inherits ``--cpus-per-task`` from the allocation (Slurm 22.05, srun(1)); ``--overlap`` is added
   when the kernel itself runs in a job step (batchspawner starts JupyterLab with ``srun``, and that
   step holds the allocation's CPUs, srun(1) ``--overlap``).
@@ -28,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hpclab.cluster.profiles import Profile
+from hpclab.cluster.site_mpi import default_srun_mpi
 from hpclab.core.errors import ConfigError, LabError
 
 # The controller's heartbeat (ipyparallel's HeartMonitor.period, 3000 ms by default): a new engine
@@ -66,6 +69,7 @@ class LaunchPlan:
     controller_location: str = ""
     controller_args: tuple[str, ...] = ()
     job_name: str = ""  # Slurm step/job name, used to find and cancel it
+    srun_mpi: str = ""  # modes srun, sbatch: the srun --mpi= plugin
     registration_timeout_s: float = LOCAL_REGISTRATION_S
     queue_timeout_s: float = 0.0  # mode sbatch only
     notes: tuple[str, ...] = field(default=())  # why the plan looks like this, one line each
@@ -218,12 +222,16 @@ def plan_launch(
     interfaces: dict[str, str] | None = None,
     registration_timeout_s: float | None = None,
     horovod: dict[str, str] | None = None,
+    mpi_flavour: str = "",
+    site_mpi_default: str = "",
 ) -> LaunchPlan:
     """Decide how `workers` engines with `threads` threads each start under `profile`.
 
     `env` is the client's environment (Slurm's variables decide the mode under `auto`);
     `mpiexec` the resolved launcher for mode mpiexec; `interfaces` maps interface name -> IPv4;
-    `state_root` the folder under which this lab's private state folder is planned."""
+    `state_root` the folder under which this lab's private state folder is planned;
+    `mpi_flavour` (the MPI Horovod was built with) and `site_mpi_default` (the site's
+    MpiDefault) choose the srun plugin when the profile says ``srun_mpi = "auto"``."""
     interfaces = interfaces or {}
     threads = profile.node.threads_per_worker or threads
     mode = _mode(profile, env)
@@ -280,8 +288,13 @@ def plan_launch(
             notes=tuple(notes),
             **common,
         )
+    plugin = slurm.srun_mpi
+    if plugin == "auto":
+        plugin, why = default_srun_mpi(mpi_flavour, site_mpi_default)
+        notes.append(f"srun --mpi={plugin}: {why}")
+    common["srun_mpi"] = plugin
     srun = [
-        f"--mpi={slurm.srun_mpi}",
+        f"--mpi={plugin}",
         f"--cpus-per-task={threads}",
         "--cpu-bind=cores",
         "--kill-on-bad-exit=1",

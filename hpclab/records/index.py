@@ -198,19 +198,38 @@ def scan(root: Path | str) -> list[Entry]:
 
 class Finished:
     """The runs under a root that ended as a result (:data:`hpclab.records.store.RESULTS`),
-    looked up by config and workers — one scan for a whole sweep's planning."""
+    looked up by config and workers — one scan for a whole sweep's planning; and the ones that
+    did not (stopped, failed, abandoned) but left a checkpoint to resume from."""
 
     def __init__(self, root: Path | str, engine: EngineSettings | None = None):
         self.root, self.engine = Path(root), engine
         self._by_key: dict[str, list[Entry]] = {}
+        self._unfinished: dict[str, list[Entry]] = {}
         for e in scan(self.root):
-            if e.row.get("status") in RESULTS:
-                self._by_key.setdefault(e.key, []).append(e)
+            into = self._by_key if e.row.get("status") in RESULTS else self._unfinished
+            into.setdefault(e.key, []).append(e)
 
     def find(self, config: dict, workers: int) -> Path | None:
         """The folder of a run with exactly this config and worker count (and, with ``engine``,
         the same throughput settings), confirmed from its config.json; None if there is none."""
-        for e in self._by_key.get(config_key(config, workers), []):
+        return self._match(self._by_key, config, workers)
+
+    def resumable(self, config: dict, workers: int) -> Path | None:
+        """The newest stopped, failed or abandoned run with exactly this config and worker count
+        that has a checkpoint file (``checkpoints/ckpt-*.npz``, :mod:`hpclab.rank.checkpoint`;
+        whether one reads back whole is checked when it is resumed); None if there is none."""
+
+        def can_resume(e: Entry) -> bool:
+            status = e.row.get("status") or unfinished_status(e.client)
+            folder = self.root / e.name / "checkpoints"
+            return status in ("stopped", "failed", "abandoned") and any(folder.glob("ckpt-*.npz"))
+
+        found = [e for e in self._unfinished.get(config_key(config, workers), []) if can_resume(e)]
+        newest = sorted(found, key=lambda e: str(e.client.get("created") or ""), reverse=True)
+        return self._match({"k": newest}, config, workers, key="k")
+
+    def _match(self, table: dict, config: dict, workers: int, key: str | None = None):
+        for e in table.get(key or config_key(config, workers), []):
             if self.engine is not None and any(
                 e.throughput.get(k) != getattr(self.engine, k) for k in THROUGHPUT_FIELDS
             ):

@@ -11,8 +11,11 @@
   goes first, so a sweep restarts the engines at most once per other size.
 * A sweep is resumable: a point whose exact config and worker count already has a *result* under
   ``lab.runs_dir`` — finished, diverged or collapsed: seeded runs that would end the same way
-  again — is skipped (:class:`hpclab.records.index.Finished`) and its record reused. Stopped and
-  failed points are run again. That is also why a sweep does not tag its
+  again — is skipped (:class:`hpclab.records.index.Finished`) and its record reused. A stopped,
+  failed or abandoned point that left a checkpoint (a sweep under a walltime, with
+  ``checkpoint_every`` or ``checkpoint_minutes``) is resumed from it in its own folder
+  (``lab.run(resume=...)``, :mod:`hpclab.cluster.resume`); other stopped and failed points are
+  run again. That is also why a sweep does not tag its
   runs: tags are part of the config, and a tag would make an identical point look new.
 * A diverged or failed run does not stop the sweep (a diverged run is a result: the learning rate
   was too high for that batch). If the engines were lost, the lab restarts them before the next
@@ -23,6 +26,7 @@
 from __future__ import annotations
 
 import itertools
+import logging
 import sys
 import time
 from collections.abc import Callable, Iterable
@@ -40,6 +44,8 @@ from hpclab.records.store import RunRecord, load_run
 
 Progress = Callable[[int, int, RunConfig, int, str], None]
 
+log = logging.getLogger(__name__)
+
 
 @dataclass(frozen=True)
 class SweepPoint:
@@ -48,6 +54,7 @@ class SweepPoint:
     config: RunConfig
     workers: int
     finished: Path | None = None  # folder of an already finished identical run (then skipped)
+    resumable: Path | None = None  # folder of an unfinished identical run with a checkpoint
 
     @property
     def label(self) -> str:
@@ -144,7 +151,11 @@ def plan(
     points.sort(key=lambda p: p[1] != current_workers)  # stable: keeps the grid order otherwise
     # `engine`: the lab's settings; a record made under other ones is no result for this lab
     finished = Finished(runs_dir, engine)  # one look at the records for every point
-    return [SweepPoint(c, w, finished.find(c.to_dict(), w)) for c, w in points]
+    out = []
+    for c, w in points:
+        done = finished.find(c.to_dict(), w)
+        out.append(SweepPoint(c, w, done, None if done else finished.resumable(c.to_dict(), w)))
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -198,8 +209,9 @@ class PrintProgress:
         self.keys, self.file = tuple(keys), file
 
     def start(self, i: int, n: int, point: SweepPoint) -> None:
+        again = f" resuming {point.resumable.name} …" if point.resumable is not None else ""
         print(
-            f"[{i}/{n}] {describe(point, self.keys)} …",
+            f"[{i}/{n}] {describe(point, self.keys)} …{again}",
             end="",
             flush=True,
             file=self.file or sys.stdout,
@@ -266,7 +278,7 @@ def run_sweep(
             lab.restart()  # the previous run lost its engines (Lab.run would too, with a warning)
         report(i, point, "running")
         t0 = time.perf_counter()
-        run = lab.run(point.config)
+        run = _start(lab, point)
         try:
             _wait(run)
         except KeyboardInterrupt:
@@ -277,6 +289,17 @@ def run_sweep(
         report(i, point, run.status, record, time.perf_counter() - t0)
         records.append(record)
     return records
+
+
+def _start(lab, point: SweepPoint):
+    """The point's run: its unfinished run resumed from its checkpoint if it has one the lab
+    accepts (else, with a warning saying why, a fresh run)."""
+    if point.resumable is not None:
+        try:
+            return lab.run(point.config, resume=point.resumable)
+        except ConfigError as exc:
+            log.warning("sweep: %s; running %s afresh", exc, point.label)
+    return lab.run(point.config)
 
 
 def _wait(run) -> None:

@@ -309,7 +309,8 @@ def configure_sweep(parser: argparse.ArgumentParser) -> None:
         "Every combination of the comma-separated values is one run; all are "
         "validated before the first starts. Combinations already recorded in --runs-dir "
         "with a result (finished, diverged, collapsed) are skipped, so re-running a sweep "
-        "resumes it; stopped and failed ones run again. exit status: 0 "
+        "resumes it; a stopped or failed one goes on from its checkpoint if it has one (see "
+        "--checkpoint-every, --checkpoint-minutes), else runs again. exit status: 0 "
         "every point ran to its end (diverged and collapsed ones included), 1 a point failed, "
         "2 usage mistake, 130 Ctrl-C."
     )
