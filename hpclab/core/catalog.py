@@ -26,6 +26,13 @@ DATASET_INPUT = {
     "cifar10": "image",
     "blobs": "1d",
 }
+#: How a file dataset (a folder: hpclab.core.filedata) reaches the step: auto (resident when it
+#: fits, the rule in hpclab.core.filedata), resident (read whole, batches cut in the graph) or
+#: stream (read from the files during training by a tf.data pipeline: hpclab.rank.stream).
+INPUTS = ("auto", "resident", "stream")
+#: Where a file dataset is read from: the shared file system where it lies, or node-local
+#: storage it is copied to before training ($HPCLAB_LOCAL_DIR, else $TMPDIR, else /tmp).
+STAGINGS = ("shared", "local")
 
 # -- models -----------------------------------------------------------------------------------
 MODELS = ("mlp", "cnn1d", "resnet20", "resnet50", "linear")
@@ -135,6 +142,8 @@ __all__ = [
     "GENERATED_VALIDATION_FRACTION",
     "NUM_CLASSES",
     "DATASET_INPUT",
+    "INPUTS",
+    "STAGINGS",
     "MODELS",
     "MODEL_INPUT",
     "USER_MODEL",

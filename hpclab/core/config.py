@@ -20,6 +20,7 @@ computed once before any engine starts.
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,6 +28,7 @@ from typing import Any
 from hpclab.core.catalog import GENERATED_VALIDATION_FRACTION, STAGED_SIZES
 from hpclab.core.config_rules import validate
 from hpclab.core.errors import ConfigError
+from hpclab.core.filedata import describe, is_file_dataset
 from hpclab.core.knobs import KNOBS
 from hpclab.core.plan import RunPlan, plan_run
 
@@ -50,6 +52,8 @@ class RunConfig:
             value = getattr(self, name)
             if isinstance(value, list):
                 object.__setattr__(self, name, tuple(value))
+        if is_file_dataset(self.dataset):  # a folder: the same path wherever the ranks start
+            object.__setattr__(self, "dataset", os.path.abspath(os.path.expanduser(self.dataset)))
         for k in KNOBS:  # each value on its own, then the rules between knobs
             k.check(getattr(self, k.name))
         validate(self)
@@ -67,11 +71,15 @@ class RunConfig:
     # -- sizes, and what the config becomes on N ranks -------------------------------------------
     def train_size(self) -> int:
         """Training samples in the whole (unsharded) training set."""
+        if is_file_dataset(self.dataset):  # (a ConfigError if its description is not readable)
+            return describe(self.dataset)["train_records"]
         if self.dataset in STAGED_SIZES:
             return STAGED_SIZES[self.dataset][0]
         return self.num_samples - self.validation_size()
 
     def validation_size(self) -> int:
+        if is_file_dataset(self.dataset):
+            return describe(self.dataset)["validation_records"]
         if self.dataset in STAGED_SIZES:
             return STAGED_SIZES[self.dataset][1]
         return int(round(self.num_samples * GENERATED_VALIDATION_FRACTION))

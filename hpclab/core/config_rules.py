@@ -13,6 +13,7 @@ from typing import Any
 
 from hpclab.core.catalog import is_user_model, models_for
 from hpclab.core.errors import ConfigError
+from hpclab.core.filedata import is_file_dataset
 from hpclab.core.knobs import fail, is_int
 
 
@@ -47,6 +48,11 @@ def validate(cfg) -> None:
                 getattr(cfg, name),
                 f"{plain!r} with dataset 'synthetic' (its batch is random)",
             )
+    if is_file_dataset(cfg.dataset):  # checked against its files where the run starts
+        return
+    for name, plain in (("input", "auto"), ("stage", "shared")):
+        if getattr(cfg, name) != plain:  # (the catalogue's data lives in memory)
+            fail(name, getattr(cfg, name), f"{plain!r} unless dataset is a folder of files")
     fits = models_for(cfg.dataset)
     if cfg.model not in fits and not is_user_model(cfg.model):  # (yours: checked on the ranks)
         fail("model", cfg.model, f"a model for dataset {cfg.dataset!r}: one of {', '.join(fits)}")

@@ -33,6 +33,7 @@ from hpclab.core.catalog import (
     FLOAT32_BITS,
     GENERATED_VALIDATION_FRACTION,
     GRAD_ALLREDUCES,
+    INPUTS,
     LR_SCALINGS,
     LR_SCHEDULES,
     MAX_AUGMENT_COST,
@@ -45,11 +46,13 @@ from hpclab.core.catalog import (
     SDC_TARGETS,
     SHARDS,
     SHUFFLES,
+    STAGINGS,
     UPDATES,
     VALIDATIONS,
     is_user_model,
 )
 from hpclab.core.errors import ConfigError
+from hpclab.core.filedata import is_file_dataset
 
 #: What a knob's value is, and the Python type of the RunConfig field that holds it.
 KINDS = {
@@ -190,14 +193,22 @@ SECTIONS = {
 KNOBS: tuple[Knob, ...] = (
     *_section(
         "data",
-        Knob("dataset", "choice", "mnist1d", "the data: generated (mnist1d, blobs, synthetic) "
-             "or staged in data/", "dataset", choices=DATASETS),
+        Knob("dataset", "choice", "mnist1d", "the data: generated (mnist1d, blobs, synthetic), "
+             "staged in data/, or your own folder of files with a dataset.json", "dataset",
+             choices=DATASETS, or_else=(is_file_dataset, "a folder path holding a dataset.json "
+             "(your own files)")),
         Knob("num_samples", "int", 40960, f"mnist1d/blobs/synthetic: samples generated "
              f"({_HELD_OUT})", "num samples", lo=100, hi=10_000_000, step=1000),
         Knob("image_shape", "shape", (32, 32, 3), "synthetic: H, W, C of the random images",
              "image shape", lo=1, hi=1024),
         Knob("synthetic_classes", "int", 10, "synthetic: label classes (1000 = ImageNet's head)",
              "classes", lo=2, hi=100_000),
+        Knob("input", "choice", "auto", "file dataset: resident (read whole), stream (tf.data "
+             "from the files) or auto (resident when it fits)", "input", choices=INPUTS),
+        Knob("stage", "choice", "shared", "file dataset: read where it lies (shared) or copy "
+             "it to node-local storage first (local)", "staging", choices=STAGINGS),
+        Knob("stream_buffer", "int", 4096, "stream: records in each rank's shuffle buffer",
+             "shuffle buffer", lo=1, hi=10_000_000, step=1024),
     ),
     *_section(
         "model and optimizer",

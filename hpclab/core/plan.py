@@ -123,6 +123,13 @@ def plan_run(cfg, workers: int) -> RunPlan:
     global_batch = cfg.batch_per_worker * n
     peak = scaling.scaled_lr(cfg.base_lr, global_batch, cfg.base_batch, cfg.lr_scaling)
     start = scaling.warmup_start_lr(peak, global_batch, cfg.base_batch)
+    if cfg.train_size() < global_batch and "/" in cfg.dataset:  # a file dataset: too small
+        fail(
+            "batch_per_worker",
+            cfg.batch_per_worker,
+            f"at most {cfg.train_size() // n} on {n} ranks: the dataset's {cfg.train_size()} "
+            "training records must fill one global batch (ranks x batch)",
+        )
     per_epoch = max(1, cfg.train_size() // global_batch)
     total = _total_steps(cfg, per_epoch, global_batch)
     warmup = 0 if start is None else int(round(cfg.warmup_epochs * per_epoch))

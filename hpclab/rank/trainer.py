@@ -20,6 +20,7 @@ from pathlib import Path
 
 from hpclab.core.catalog import MAX_ROLLBACKS, MAX_STEPS_PER_CALL
 from hpclab.core.config import RunConfig
+from hpclab.core.filedata import is_file_dataset
 from hpclab.core.health import judge
 from hpclab.core.metrics import NoiseScale
 from hpclab.core.plan import RunPlan
@@ -127,6 +128,15 @@ class Trainer:
         from hpclab.rank import data, feed
 
         cfg = self.cfg
+        self.input_info = None
+        if is_file_dataset(cfg.dataset):  # your own files: resident or streamed (rank.stream)
+            from hpclab.rank import stream
+
+            local = self.hvd.local_rank()
+            out = stream.for_rank(cfg, self.plan, self.rank, self.world, local, self._barrier)
+            self.train_input, self.val_arrays, self.num_classes, self.input_shape = out[:4]
+            self.input_info = out[4]
+            return
         # Data: rank 0 generates/caches first so ranks never race on the cache file. If rank 0
         # fails, the barrier tells every rank, so all raise together and the engines stay usable.
         failure = None
@@ -443,6 +453,7 @@ class Trainer:
         summary["start_step"] = self.start_step
         summary["train_time_s"] = train_time
         summary["augment_offline_s"] = self.train_input.offline_s  # before training
+        summary["input_pipeline"] = self.input_info  # a file dataset's reads (rank.stream)
         # the rate a user waits on: validation and host time included (Amdahl's serial part)
         samples = (step - self.start_step) * cfg.batch_per_worker * world
         summary["overall_samples_per_sec"] = samples / train_time if train_time else None

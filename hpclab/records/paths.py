@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from hpclab.core.catalog import STAGED_DATASETS
 from hpclab.core.errors import ConfigError
+from hpclab.core.filedata import check_files, is_file_dataset
 
 if TYPE_CHECKING:
     from hpclab.core.config import RunConfig
@@ -166,6 +167,8 @@ def check_staged(cfg: RunConfig, data_dir: Path | str) -> None:
     missing or unreadable (FileNotFoundError, one sentence), or an MNIST-1D cache not yet made
     in a data folder this user cannot write (ConfigError). A rank that cannot get its data
     would leave its peers waiting."""
+    if is_file_dataset(cfg.dataset):  # your own files: description and framing, before ranks
+        check_files(cfg.dataset)
     if cfg.dataset in STAGED_DATASETS:
         path = Path(data_dir) / f"{cfg.dataset}.npz"
         if not path.exists():
