@@ -14,9 +14,10 @@ def test_one_world_of_the_right_size_passes():
 
 
 def test_singleton_worlds_under_srun_name_the_mpi_plugin():
-    errors, _ = check_world([ident(0, 1), ident(0, 1)], 2, 1, "srun")
-    assert len(errors) == 1
-    assert "2 separate 1-rank MPI worlds" in errors[0] and "--mpi=pmi2" in errors[0]
+    errors, _ = check_world([ident(0, 1), ident(0, 1)], 2, 1, "srun", "none")
+    assert len(errors) == 1  # a rank that names no MPI library: the plugin of each MPI
+    assert "2 separate 1-rank MPI worlds" in errors[0] and "--mpi=none" in errors[0]
+    assert "MPICH: pmi2, Open MPI: pmix" in errors[0]
     errors, _ = check_world([ident(0, 1), ident(0, 1)], 2, 1, "mpiexec")
     assert "hpclab doctor" in errors[0]
 

@@ -21,7 +21,7 @@ import weakref
 from dataclasses import replace
 from pathlib import Path
 
-from hpclab.cluster import host, profiles
+from hpclab.cluster import host, profiles, site_mpi
 from hpclab.cluster.engines import EngineSet
 from hpclab.cluster.host import find_mpiexec
 from hpclab.cluster.idle import IdleStop, check_after
@@ -152,6 +152,7 @@ class Lab:
             interfaces=host.interfaces() if self.profile.network.interface else {},
             registration_timeout_s=self.start_timeout,
             horovod=self._settings.env(),
+            **site_mpi.plan_facts(self.profile.slurm.srun_mpi, local, self.profile.launch.python),
         )
 
     def start(self) -> None:
@@ -195,7 +196,9 @@ class Lab:
             ) from exc
         finally:
             probe.unlink(missing_ok=True)
-        errors, warnings = check_world(identities, self.workers, plan.threads, plan.mode)
+        errors, warnings = check_world(
+            identities, self.workers, plan.threads, plan.mode, plan.srun_mpi, plan.engine_env
+        )
         if errors:
             self.stop()
             raise LabError(" ".join(errors))

@@ -29,9 +29,10 @@ from hpclab.core.errors import ConfigError
 
 MODES = ("auto", "mpiexec", "srun", "sbatch")
 #: srun --mpi= plugins a profile may name (`srun --mpi=list` on the site shows its own): PMI-2 for
-#: MPICH, PMIx (any version) for Open MPI, Cray's for Cray MPICH. Never "none": it makes N 1-rank
-#: worlds (hpclab.cluster.world says so).
-SRUN_MPI = ("pmi2", "pmi2_v2", "pmix", "pmix_v3", "pmix_v4", "pmix_v5", "cray_shasta")
+#: MPICH, PMIx (any version) for Open MPI, Cray's for Cray MPICH; "auto" follows the MPI Horovod
+#: was built with and the site's MpiDefault (hpclab.cluster.site_mpi). Never "none": it makes N
+#: 1-rank worlds (hpclab.cluster.world says so).
+SRUN_MPI = ("auto", "pmi2", "pmi2_v2", "pmix", "pmix_v3", "pmix_v4", "pmix_v5", "cray_shasta")
 GPU_BINDINGS = ("local_rank", "per_task")
 
 
@@ -54,7 +55,7 @@ class Slurm:
     qos: str = ""
     time: str = ""  # sbatch --time of the engines' job (mode sbatch)
     extra_sbatch: tuple[str, ...] = ()  # more `#SBATCH` options, e.g. ("--constraint=a100",)
-    srun_mpi: str = "pmi2"  # srun --mpi=: must match the MPI Horovod was built with
+    srun_mpi: str = "auto"  # srun --mpi=: auto, or the plugin of the MPI Horovod was built with
     srun_extra: tuple[str, ...] = ()
     overlap_inside_step: bool = True  # add --overlap when the kernel itself runs in a job step
     step_wait_s: int = 60  # srun -I: how long to wait for the step's resources

@@ -1,4 +1,5 @@
-"""The few Slurm commands a lab runs: where a job is in the queue, find and cancel a step.
+"""The few Slurm commands a lab runs: where a job is in the queue, find and cancel a step, the
+site's ``MpiDefault``.
 
 Every call is bounded (`timeout=`), returns plain values and never raises for "not found": a
 job that left the queue is `None`, a missing command is reported by the caller's sentence. A
@@ -83,4 +84,19 @@ def cancel(target: str, signal: str | None = None) -> bool:
     return out is not None and not isinstance(out, _Failed)
 
 
-__all__ = ["job_state", "steps_named", "cancel"]
+def config_value(text: str, key: str) -> str:
+    """The value of `key` in ``scontrol show config`` output (``MpiDefault = pmix_v4``), or ""."""
+    for line in text.splitlines():
+        name, sep, value = line.partition("=")
+        if sep and name.strip() == key:
+            return value.strip()
+    return ""
+
+
+def mpi_default() -> str:
+    """The site's ``MpiDefault`` (slurm.conf(5)) from ``scontrol show config``; "" if unknown."""
+    out = _run(["scontrol", "show", "config"])
+    return "" if out is None or isinstance(out, _Failed) else config_value(out, "MpiDefault")
+
+
+__all__ = ["job_state", "steps_named", "cancel", "config_value", "mpi_default"]

@@ -4,27 +4,62 @@
 the errors that make training wrong and the warnings that make it slow, each one sentence naming
 the fix. The traps it catches are real: `srun` without an MPI plugin starts N engines that are N
 separate 1-rank worlds (Slurm's default `MpiDefault=none`), so a "4-worker" run would silently
-train 4 independent models; a runs folder the ranks cannot read makes Stop unreachable; srun
-without `-c` gives each engine one CPU (ipyparallel #906).
+train 4 independent models (the error names the plugin the ranks' MPI library needs); a runs
+folder the ranks cannot read makes Stop unreachable; an MPI thread level below
+MPI_THREAD_MULTIPLE makes Horovod's background thread unsafe (Horovod warns of crashes at init);
+srun without `-c` gives each engine one CPU (ipyparallel #906).
 """
 
 from __future__ import annotations
 
+from hpclab.cluster.site_mpi import NAMES, PLUGIN, family, flavour_of
 
-def check_world(identities: list[dict], workers: int, threads: int, mode: str) -> tuple[list, list]:
-    """(errors, warnings) about the world the engines formed; empty lists when all is well."""
+
+def _fix(identities: list[dict], mode: str, srun_mpi: str) -> str:
+    """How to get one world, naming the srun plugin the ranks' MPI library needs."""
+    if mode == "mpiexec":
+        return (
+            "this mpiexec is not the MPI Horovod and mpi4py were built with: run "
+            "`hpclab doctor` and pass Lab(mpiexec=...) or rebuild with `make setup`"
+        )
+    flavour = next((f for i in identities if (f := flavour_of(i.get("mpi_library", "")))), "")
+    used = f"srun --mpi={srun_mpi}" if srun_mpi else "srun without an MPI plugin"
+    good = PLUGIN.get(flavour)
+    if good and family(good) != family(srun_mpi):
+        return (
+            f"{used} does not start {NAMES[flavour]} (the MPI Horovod was built with) as one "
+            f'world: set slurm.srun_mpi = "{good}" in the profile, or "auto" to follow the MPI '
+            "(`srun --mpi=list` shows the site's plugins)"
+        )
+    if good:
+        return (
+            f"{used} is the plugin {NAMES[flavour]} needs, yet each rank started alone: check that "
+            f"`srun --mpi=list` offers it and that its library (libpmix for pmix) is on every node"
+        )
+    return (
+        f"{used} started them without a working MPI plugin: set slurm.srun_mpi in the profile "
+        "to the plugin your MPI needs (MPICH: pmi2, Open MPI: pmix, Cray MPICH: cray_shasta; "
+        "`srun --mpi=list` shows the site's plugins)"
+    )
+
+
+def check_world(
+    identities: list[dict],
+    workers: int,
+    threads: int,
+    mode: str,
+    srun_mpi: str = "",
+    engine_env: dict[str, str] | None = None,
+) -> tuple[list, list]:
+    """(errors, warnings) about the world the engines formed; empty lists when all is well.
+
+    `srun_mpi` is the plugin srun used (modes srun, sbatch); `engine_env` the engines'
+    environment (``HOROVOD_MPI_THREADS_DISABLE=1`` there accepts a lower MPI thread level)."""
     errors: list[str] = []
     warnings: list[str] = []
     sizes = sorted({ident["size"] for ident in identities})
     ranks = sorted(ident["rank"] for ident in identities)
-    how = {
-        "srun": "srun started them without a working MPI plugin: pass --mpi=pmi2 (or the "
-        "plugin your MPI needs, `srun --mpi=list`) through the profile's slurm.srun_mpi",
-        "sbatch": "the job's srun had no working MPI plugin: set slurm.srun_mpi in the profile "
-        "(`srun --mpi=list` shows the plugins)",
-        "mpiexec": "this mpiexec is not the MPI Horovod and mpi4py were built with: run "
-        "`hpclab doctor` and pass Lab(mpiexec=...) or rebuild with `make setup`",
-    }[mode]
+    how = _fix(identities, mode, srun_mpi)
     if len(identities) != workers:
         errors.append(f"{len(identities)} engines answered, but the lab started {workers}.")
     elif workers > 1 and sizes == [1]:
@@ -44,6 +79,16 @@ def check_world(identities: list[dict], workers: int, threads: int, mode: str) -
             f"{where} cannot read the runs folder the client writes to; it must be on a file "
             "system every node shares (set HPCLAB_RUNS or the profile's paths.runs to one), or "
             "Stop could never reach the ranks."
+        )
+    low = [i for i in identities if i.get("mpi_thread", "multiple") != "multiple"]
+    if low and (engine_env or {}).get("HOROVOD_MPI_THREADS_DISABLE") != "1":
+        levels = "/".join(sorted({i["mpi_thread"] for i in low}))
+        errors.append(
+            f"MPI gave {len(low)} rank(s) the thread level {levels!r}, but Horovod needs "
+            "MPI_THREAD_MULTIPLE (its background thread calls MPI while the engine runs): use an "
+            'MPI built with thread support (Cray MPICH: MPICH_MAX_THREAD_SAFETY = "multiple" in '
+            'the profile\'s environment.vars), or set HOROVOD_MPI_THREADS_DISABLE = "1" there if '
+            "your MPI has none."
         )
     starved = [ident for ident in identities if 0 < ident.get("cpus", threads) < threads]
     if starved:

@@ -64,10 +64,26 @@ def init_worker(threads: int = 1, probe: tuple[str, str] | None = None) -> dict:
         "slurm_job": os.environ.get("SLURM_JOB_ID", ""),
         "slurm_step": os.environ.get("SLURM_STEP_ID", ""),
         "visible_gpus": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
+        # which MPI library and thread level this rank got (hpclab.cluster.world checks both:
+        # the srun plugin follows the library, Horovod needs MPI_THREAD_MULTIPLE)
+        "mpi_library": " ".join(MPI.Get_library_version().splitlines()[0].split())[:160],
+        "mpi_thread": thread_level(MPI),
         **memory(),
     }
     _STATE.update(initialised=True, identity=identity)
     return dict(identity, runs_dir_shared=shared, tf_import_s=t1 - t0, horovod_init_s=t2 - t1)
+
+
+def thread_level(MPI) -> str:
+    """MPI_Query_thread's answer by name (MPI standard 4.1, section 11.2.1): the thread support
+    the MPI library gave this process when mpi4py initialised it."""
+    names = {
+        MPI.THREAD_SINGLE: "single",
+        MPI.THREAD_FUNNELED: "funneled",
+        MPI.THREAD_SERIALIZED: "serialized",
+        MPI.THREAD_MULTIPLE: "multiple",
+    }
+    return names.get(MPI.Query_thread(), "unknown")
 
 
 def memory() -> dict:

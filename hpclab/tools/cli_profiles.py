@@ -17,7 +17,7 @@ import os
 import shlex
 import sys
 
-from hpclab.cluster import profiles
+from hpclab.cluster import profiles, site_mpi
 from hpclab.cluster.launch import LaunchPlan
 from hpclab.cluster.profiles import Profile
 from hpclab.core.errors import ConfigError
@@ -330,7 +330,8 @@ def _plan(profile: Profile, workers: int, threads: int, nodes: int) -> tuple[Lau
     elif mode == "auto" and not env.get("SLURM_JOB_ID"):
         notes.append("inside a Slurm allocation this profile starts the engines with srun")
     mpiexec = ""
-    if mode == "mpiexec" or (mode == "auto" and not env.get("SLURM_JOB_ID")):
+    local = mode == "mpiexec" or (mode == "auto" and not env.get("SLURM_JOB_ID"))
+    if local:
         try:
             mpiexec = host.find_mpiexec(profile.launch.mpiexec or None)
         except LabError as exc:
@@ -354,6 +355,7 @@ def _plan(profile: Profile, workers: int, threads: int, nodes: int) -> tuple[Lau
         mpiexec=mpiexec,
         interfaces=addresses,
         horovod=EngineSettings().env(),  # a Lab's defaults
+        **site_mpi.plan_facts(profile.slurm.srun_mpi, local, profile.launch.python),
     )
     return plan, notes
 

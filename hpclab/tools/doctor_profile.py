@@ -126,8 +126,14 @@ def check_launcher(profile: Profile, mode: str) -> list[Check]:
 
 
 def check_srun_mpi(profile: Profile) -> Check:
-    """`srun --mpi=list` offers the profile's `slurm.srun_mpi`."""
-    wanted = profile.slurm.srun_mpi
+    """`srun --mpi=list` offers the profile's `slurm.srun_mpi` (under "auto", the plugin a lab
+    would choose: hpclab.cluster.site_mpi)."""
+    from hpclab.cluster import site_mpi
+
+    wanted, source = profile.slurm.srun_mpi, f"slurm.srun_mpi in {profile.source}"
+    if wanted == "auto":
+        facts = site_mpi.plan_facts("auto", False, profile.launch.python)
+        wanted, source = site_mpi.default_srun_mpi(**facts)
     status, output = _command(["srun", "--mpi=list"])
     if status != 0:
         last = output.splitlines()[-1] if output else "no output"
@@ -143,7 +149,7 @@ def check_srun_mpi(profile: Profile) -> Check:
         return Check(
             "MPI plugin",
             False,
-            f"srun has no MPI plugin {wanted!r} (slurm.srun_mpi in {profile.source}); it offers "
+            f"srun has no MPI plugin {wanted!r} ({source}); it offers "
             f"{usable}: set slurm.srun_mpi to the one your MPI uses (MPICH: pmi2, Open MPI: pmix).",
         )
     return Check("MPI plugin", True, f"{wanted} (srun offers {', '.join(sorted(offered))})")
