@@ -22,6 +22,7 @@ from hpclab.cluster.launch import LaunchPlan
 from hpclab.cluster.profiles import Profile
 from hpclab.core.errors import ConfigError
 from hpclab.records import paths
+from hpclab.tools import job_chain
 from hpclab.tools.cli_run import positive_int
 
 DEFAULT_WORKERS = 2
@@ -233,7 +234,9 @@ def job_script(
 ) -> str:
     """The sbatch script of mode (c): `hpclab <argv>` once, in the batch step, under `exec` so
     Slurm's signals reach Python (USR1 120 s before the time limit stops the run and keeps its
-    record); engines start inside the job by srun. Never `srun hpclab`: that starts N clients."""
+    record); engines start inside the job by srun. Never `srun hpclab`: that starts N clients.
+    A command that checkpoints runs in the background instead, and a stop at the time-limit
+    warning submits the follow-up job that resumes it (:mod:`hpclab.tools.job_chain`)."""
     argv = list(argv)
     if not argv or argv[0] not in JOB_COMMANDS:
         raise ConfigError(
@@ -272,8 +275,13 @@ def job_script(
         "set -eo pipefail",
         *profile.environment.setup,
         f"export HPCLAB_PROFILE={shlex.quote(selector or profile.name)}",
+    ]
+    if job_chain.checkpoints_on(argv):  # a follow-up job resumes it after the time limit
+        return "\n".join([*lines, *job_chain.resumable_lines(command, python)])
+    lines += [
         "# exec: SIGUSR1 (the time-limit warning) and scancel's SIGTERM reach hpclab, which stops",
-        "# the run as for Ctrl-C and keeps its record; hpclab starts its engines with srun",
+        "# the run as for Ctrl-C and keeps its record; hpclab starts its engines with srun.",
+        "# With --checkpoint-every or --checkpoint-minutes the script resumes itself instead.",
         f"exec {shlex.join(command)}",
     ]
     return "\n".join(lines)
