@@ -112,15 +112,16 @@ def _reads(probe: tuple[str, str]) -> bool:
 
 def versions() -> dict:
     import horovod
-    import keras
     import numpy as np
     import tensorflow as tf
     from mpi4py import MPI
 
+    from hpclab.rank.keras2 import KERAS_VERSION
+
     return {
         "python": platform.python_version(),
         "tensorflow": tf.__version__,
-        "keras": keras.__version__,
+        "keras": KERAS_VERSION,  # the Keras tf.keras is (tf_keras on the py312 stack)
         "horovod": horovod.__version__,
         "numpy": np.__version__,
         "mpi": MPI.Get_library_version().splitlines()[0].strip(),

@@ -29,6 +29,7 @@ import numpy as np
 import tensorflow as tf
 
 from hpclab.rank.features.augment import augment as augment_batch
+from hpclab.rank.keras2 import keras
 
 SEED_STRIDE = 1_000_003  # seed·stride + rank: distinct shuffle streams per rank and run seed
 
@@ -130,7 +131,7 @@ def evaluate(model, x: tf.Tensor, y: tf.Tensor, batch: int) -> tf.Tensor:
         hi = tf.minimum(lo + batch, n)
         xb, yb = x[lo:hi], y[lo:hi]
         logits = tf.cast(model(xb, training=False), tf.float32)
-        loss = tf.keras.losses.sparse_categorical_crossentropy(yb, logits, from_logits=True)
+        loss = keras.losses.sparse_categorical_crossentropy(yb, logits, from_logits=True)
         pred = tf.argmax(logits, axis=-1, output_type=yb.dtype)
         correct = tf.reduce_sum(tf.cast(tf.equal(pred, yb), tf.float32))
         count = tf.cast(hi - lo, tf.float32)

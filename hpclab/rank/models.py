@@ -41,8 +41,9 @@ import itertools
 import tensorflow as tf
 
 from hpclab.core.catalog import MODELS, is_user_model
+from hpclab.rank.keras2 import keras
 
-layers = tf.keras.layers
+layers = keras.layers
 
 
 class _Seeds:
@@ -52,10 +53,10 @@ class _Seeds:
         self._counter = itertools.count(int(seed) * 1000)
 
     def glorot(self):
-        return tf.keras.initializers.GlorotUniform(seed=next(self._counter))
+        return keras.initializers.GlorotUniform(seed=next(self._counter))
 
     def he(self):
-        return tf.keras.initializers.HeNormal(seed=next(self._counter))
+        return keras.initializers.HeNormal(seed=next(self._counter))
 
 
 def _logits(x, num_classes: int, seeds: _Seeds):
@@ -66,16 +67,16 @@ def _logits(x, num_classes: int, seeds: _Seeds):
 
 
 def _mlp(input_shape, num_classes, seeds, hidden: int = 100):
-    inputs = tf.keras.Input(shape=input_shape)
+    inputs = keras.Input(shape=input_shape)
     x = layers.Flatten()(inputs)
     h = layers.Dense(hidden, activation="relu", kernel_initializer=seeds.glorot())(x)
     h2 = layers.Dense(hidden, activation="relu", kernel_initializer=seeds.glorot())(h)
     h = layers.Add()([h, h2])  # MLPBase: h = h + relu(linear2(h))
-    return tf.keras.Model(inputs, _logits(h, num_classes, seeds), name="mlp")
+    return keras.Model(inputs, _logits(h, num_classes, seeds), name="mlp")
 
 
 def _cnn1d(input_shape, num_classes, seeds, channels: int = 25):
-    inputs = tf.keras.Input(shape=input_shape)
+    inputs = keras.Input(shape=input_shape)
     length = 1
     for d in input_shape:
         length *= d
@@ -92,7 +93,7 @@ def _cnn1d(input_shape, num_classes, seeds, channels: int = 25):
             kernel_initializer=seeds.glorot(),
         )(x)
     x = layers.Flatten()(x)
-    return tf.keras.Model(inputs, _logits(x, num_classes, seeds), name="cnn1d")
+    return keras.Model(inputs, _logits(x, num_classes, seeds), name="cnn1d")
 
 
 def _pad_channels(x, filters: int):
@@ -116,7 +117,7 @@ def _basic_block(x, filters: int, stride: int, seeds: _Seeds):
 
 
 def _resnet20(input_shape, num_classes, seeds, blocks_per_stage: int = 3):
-    inputs = tf.keras.Input(shape=input_shape)
+    inputs = keras.Input(shape=input_shape)
     x = layers.Conv2D(16, 3, padding="same", use_bias=False, kernel_initializer=seeds.he())(inputs)
     x = layers.BatchNormalization()(x)
     x = layers.ReLU()(x)
@@ -125,26 +126,26 @@ def _resnet20(input_shape, num_classes, seeds, blocks_per_stage: int = 3):
             stride = 2 if stage > 0 and block == 0 else 1
             x = _basic_block(x, filters, stride, seeds)
     x = layers.GlobalAveragePooling2D()(x)
-    return tf.keras.Model(inputs, _logits(x, num_classes, seeds), name="resnet20")
+    return keras.Model(inputs, _logits(x, num_classes, seeds), name="resnet20")
 
 
 def _resnet50(input_shape, num_classes, seeds):
     h, w, c = input_shape
-    inputs = tf.keras.Input(shape=input_shape)
+    inputs = keras.Input(shape=input_shape)
     x = inputs
     if h < 32 or w < 32:  # keras.applications' minimum input size
         ph, pw = max(0, 32 - h), max(0, 32 - w)
         x = layers.ZeroPadding2D(((ph // 2, ph - ph // 2), (pw // 2, pw - pw // 2)))(x)
         h, w = max(h, 32), max(w, 32)
-    backbone = tf.keras.applications.ResNet50(
+    backbone = keras.applications.ResNet50(
         include_top=False, weights=None, input_shape=(h, w, c), pooling="avg"
     )
     x = backbone(x)
-    return tf.keras.Model(inputs, _logits(x, num_classes, seeds), name="resnet50")
+    return keras.Model(inputs, _logits(x, num_classes, seeds), name="resnet50")
 
 
 def _linear(input_shape, num_classes, seeds):
-    inputs = tf.keras.Input(shape=input_shape)
+    inputs = keras.Input(shape=input_shape)
     x = layers.Flatten()(inputs)
     logits = layers.Dense(
         num_classes,
@@ -153,7 +154,7 @@ def _linear(input_shape, num_classes, seeds):
         dtype="float32",
         name="logits",
     )(x)
-    return tf.keras.Model(inputs, logits, name="linear")
+    return keras.Model(inputs, logits, name="linear")
 
 
 _BUILDERS = {
@@ -165,7 +166,7 @@ _BUILDERS = {
 }
 
 
-def user_model(name: str, input_shape: tuple, num_classes: int) -> tf.keras.Model:
+def user_model(name: str, input_shape: tuple, num_classes: int) -> keras.Model:
     """Your own model, ``name = "package.module:function"``: ``function(input_shape,
     num_classes)`` imported on this rank and called after the run's seed and precision policy
     are set (so its layers take both), returning a Keras 2 model whose output is
@@ -194,10 +195,11 @@ def user_model(name: str, input_shape: tuple, num_classes: int) -> tf.keras.Mode
             f"model {name!r}: {function_name}(input_shape={input_shape}, "
             f"num_classes={num_classes}) raised {type(exc).__name__}: {exc}"
         ) from None
-    if not isinstance(model, tf.keras.Model):
+    if not isinstance(model, keras.Model):
         raise ValueError(
             f"model {name!r}: {function_name} returned a {type(model).__name__}, not a Keras "
-            "model (tf.keras.Model; with TensorFlow 2.15, Keras 2)."
+            "2 model (build it with tf.keras, which is Keras 2 on both stacks; a bare "
+            "`import keras` is Keras 3 with TensorFlow >= 2.16)."
         )
     out = tuple(model.output_shape) if hasattr(model, "output_shape") else ()
     if out[1:] != (num_classes,):
@@ -208,7 +210,7 @@ def user_model(name: str, input_shape: tuple, num_classes: int) -> tf.keras.Mode
     return model
 
 
-def build_model(name: str, input_shape, num_classes: int, seed: int = 0) -> tf.keras.Model:
+def build_model(name: str, input_shape, num_classes: int, seed: int = 0) -> keras.Model:
     """The model `name` for inputs of `input_shape` (no batch axis), emitting float32 logits.
 
     ``mlp`` and ``linear`` take any shape; ``cnn1d`` a 1-D signal such as MNIST-1D's (40,); ``resnet20`` and

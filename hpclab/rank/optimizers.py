@@ -41,6 +41,7 @@ import numpy as np
 import tensorflow as tf
 
 from hpclab.core.catalog import PRECISIONS
+from hpclab.rank.keras2 import keras
 
 # Variables whose name contains one of these substrings skip weight decay and the trust ratio
 # (Model Garden / SimCLR convention: biases and batch-norm parameters).
@@ -51,7 +52,7 @@ def _matches(name: str, patterns: Sequence[str]) -> bool:
     return any(p in name for p in patterns)
 
 
-class _LayerwiseOptimizer(tf.keras.optimizers.Optimizer):
+class _LayerwiseOptimizer(keras.optimizers.Optimizer):
     """Shared plumbing: own weight-decay coefficient, name exclusions, last trust ratio per var."""
 
     def __init__(
@@ -265,7 +266,7 @@ class LAMB(_LayerwiseOptimizer):
         return config
 
 
-class TableSchedule(tf.keras.optimizers.schedules.LearningRateSchedule):
+class TableSchedule(keras.optimizers.schedules.LearningRateSchedule):
     """LR for optimizer step ``s`` (0-based) = ``table[min(s, len(table) - 1)]``.
 
     The table is :meth:`hpclab.core.plan.RunPlan.lr_table` — the same numbers as
@@ -293,7 +294,7 @@ class TableSchedule(tf.keras.optimizers.schedules.LearningRateSchedule):
         return {"table": self.table.tolist(), "name": self.name}
 
 
-class StepSchedule(tf.keras.optimizers.schedules.LearningRateSchedule):
+class StepSchedule(keras.optimizers.schedules.LearningRateSchedule):
     """LR for optimizer step ``s`` (0-based) = :func:`hpclab.core.scaling.lr_at_step` at
     ``min(s, total_steps - 1)``, computed in the graph from the step (O(1) memory however long
     the run).
@@ -369,10 +370,10 @@ def set_precision(precision: str) -> None:
         raise ValueError(
             f"precision must be one of {', '.join(PRECISIONS)}; you passed precision={precision!r}."
         )
-    tf.keras.mixed_precision.set_global_policy(precision)
+    keras.mixed_precision.set_global_policy(precision)
 
 
-def build_optimizer(cfg: dict, learning_rate) -> tf.keras.optimizers.Optimizer:
+def build_optimizer(cfg: dict, learning_rate) -> keras.optimizers.Optimizer:
     """The optimizer ``cfg["optimizer"]`` names (``cfg`` is ``RunConfig.to_dict()``).
 
     ``learning_rate`` is a float or a schedule (usually :class:`StepSchedule`).
@@ -399,11 +400,11 @@ def build_optimizer(cfg: dict, learning_rate) -> tf.keras.optimizers.Optimizer:
     wd = float(cfg.get("weight_decay", 0.0))
     keras_wd = wd if wd > 0 else None
     if name == "sgd":
-        opt = tf.keras.optimizers.SGD(learning_rate, momentum=0.0, weight_decay=keras_wd)
+        opt = keras.optimizers.SGD(learning_rate, momentum=0.0, weight_decay=keras_wd)
     elif name == "momentum":
-        opt = tf.keras.optimizers.SGD(learning_rate, momentum=momentum, weight_decay=keras_wd)
+        opt = keras.optimizers.SGD(learning_rate, momentum=momentum, weight_decay=keras_wd)
     elif name == "adam":
-        opt = tf.keras.optimizers.Adam(learning_rate, beta_1=momentum, weight_decay=keras_wd)
+        opt = keras.optimizers.Adam(learning_rate, beta_1=momentum, weight_decay=keras_wd)
     elif name == "lars":
         opt = LARS(
             learning_rate, momentum=momentum, weight_decay=wd, eta=float(cfg.get("lars_eta", 0.001))
@@ -425,5 +426,5 @@ def build_optimizer(cfg: dict, learning_rate) -> tf.keras.optimizers.Optimizer:
         )
     if precision == "mixed_float16" and cfg.get("loss_scaling", True):
         # Dynamic loss scaling: float16 gradients underflow without it (TF mixed-precision guide).
-        opt = tf.keras.mixed_precision.LossScaleOptimizer(opt)
+        opt = keras.mixed_precision.LossScaleOptimizer(opt)
     return opt

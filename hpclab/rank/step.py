@@ -90,11 +90,13 @@ class Step:
         import horovod.tensorflow as hvd
         import tensorflow as tf
 
+        from hpclab.rank.keras2 import keras
+
         self.tf, self.hvd, self.cfg = tf, hvd, cfg
         self.model, self.optimizer, self.world = model, optimizer, world
         self.loss_scaled = cfg.precision == "mixed_float16" and cfg.loss_scaling
         self.compression = hvd.Compression.fp16 if cfg.fp16_allreduce else hvd.Compression.none
-        self.loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        self.loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
         names = chosen(cfg, world)
         # time_split=False (make bench's "telemetry off"): no timestamps, the parts read 0;
         # a straggler run needs them to size its wait

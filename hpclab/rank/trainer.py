@@ -95,6 +95,7 @@ class Trainer:
         import tensorflow as tf
 
         from hpclab.rank import optimizers
+        from hpclab.rank.keras2 import keras
 
         cfg = self.cfg
         self.tf, self.hvd, self.np = tf, hvd, np
@@ -104,8 +105,8 @@ class Trainer:
                 f"the run was planned for {self.plan.workers} ranks and this world has "
                 f"{self.world}; plan it with cfg.for_workers({self.world})"
             )
-        tf.keras.backend.clear_session()
-        tf.keras.utils.set_random_seed(cfg.seed)
+        keras.backend.clear_session()
+        keras.utils.set_random_seed(cfg.seed)
         optimizers.set_precision(cfg.precision)
         self.steps_per_epoch = self.plan.steps_per_epoch
         self.total_steps = self.plan.total_steps

@@ -30,12 +30,13 @@ def forward_backward_seconds(
     import tensorflow as tf
 
     from hpclab.rank import data, models
+    from hpclab.rank.keras2 import keras
 
     arrays = data.load_arrays(cfg, data_dir)
     model = models.build_model(cfg["model"], arrays.input_shape, arrays.num_classes, cfg["seed"])
     x = tf.random.uniform((int(local_batch), *arrays.input_shape), seed=cfg["seed"])
     y = tf.zeros((int(local_batch),), tf.int32)
-    loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
     passes = max(4, PASS_SAMPLES // int(local_batch))
 
     @tf.function
