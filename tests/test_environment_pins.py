@@ -138,6 +138,15 @@ def test_environment_yml_agrees_with_lock():
     )
 
 
+def test_environment_yml_says_it_is_an_untested_template_with_commands():
+    """No conda channel is reachable from the project's machines, so the file cannot be run
+    here; it must say so and give the commands (issue 26, item 7)."""
+    text = (ROOT / "environment.yml").read_text()
+    assert text.startswith("# TEMPLATE, NOT RUN:")
+    for command in ("conda env create -f environment.yml", "pip install --no-build-isolation"):
+        assert command in text
+
+
 def test_python_is_311_everywhere():
     conda, _ = _environment()
     assert conda.get("python") == "=3.11"
