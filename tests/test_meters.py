@@ -17,7 +17,6 @@ from hpclab.rank.meters import (
     REDUCED,
     CallSizer,
     EpochMeter,
-    Publisher,
     RankClock,
     ThroughputLog,
     WindowMeter,
@@ -172,30 +171,6 @@ def test_throughput_skips_the_warm_up_calls_and_weights_calls_by_their_length():
     assert s["samples_per_sec_ci95"] == pytest.approx(1.96 * sigma)
     assert s["throughput_intervals"] == 3
     assert s["rank_samples_per_sec"] == pytest.approx([100.0, 100.0])  # first window skipped
-
-
-def test_publisher_sends_sequence_numbered_recent_rows_on_its_cadence():
-    sent = []
-    publisher = Publisher(sent.append, every_s=0.5, total_steps=100)
-    publisher.publish("running", 0)  # a start message leaves the cadence alone
-    assert publisher.due(0.0)
-    publisher.rows.extend({"step": i} for i in range(1, Publisher.ROWS_PER_MESSAGE + 11))
-    publisher.epochs.extend({"epoch": e} for e in range(1, Publisher.EPOCHS_PER_MESSAGE + 6))
-    publisher.publish("running", 50, now=10.0)
-    assert not publisher.due(10.4) and publisher.due(10.5)
-    assert [m["hpclab"]["seq"] for m in sent] == [1, 2]
-    last = sent[-1]["hpclab"]
-    assert last["rows"][0]["step"] == 11 and len(last["rows"]) == Publisher.ROWS_PER_MESSAGE
-    # the latest epoch rows only, a bounded window like the rows (the client dedupes by epoch)
-    assert [e["epoch"] for e in last["epochs"]] == list(range(6, Publisher.EPOCHS_PER_MESSAGE + 6))
-    assert (last["state"], last["step"], last["total_steps"]) == ("running", 50, 100)
-
-
-@pytest.mark.parametrize("send,every", [(None, 0.5), (print, 0.0)])
-def test_publisher_off_sends_nothing_and_is_never_due(send, every):
-    publisher = Publisher(send, every_s=every, total_steps=10)
-    publisher.publish("running", 1, now=1.0)
-    assert not publisher.enabled and not publisher.due(1e9) and publisher.seq == 0
 
 
 def _calls(sizer: CallSizer, seconds_per_step, n: int, epoch_steps: int | None = None) -> list:

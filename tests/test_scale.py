@@ -15,7 +15,7 @@ import time
 import pytest
 
 from hpclab import Lab, RunConfig
-from hpclab.rank.meters import Publisher
+from hpclab.rank.publisher import Publisher
 
 pytestmark = [pytest.mark.mpi, pytest.mark.slow]
 

@@ -1,213 +1,216 @@
-"""Live telemetry whose cost stays flat over a long run (issue 31, items 1 and 2), no engines.
+"""Live telemetry and views whose cost stays flat over a long run (issue 31, items 1 and 2).
 
-A simulated run — rows and epoch rows made by rank 0's real meters (hpclab.rank.meters:
-WindowMeter, EpochMeter, Publisher) from generated telemetry, no training — is published the way
-ipyparallel's datapub carries it (only the latest message per engine is visible) to a real
-client `Run`, whose monitor thread merges the messages into its history, epoch table and run
-folder. Checked: a message's pickled size does not grow with the run's length; a client that
-falls behind by more than a message reaches back loses nothing by the end (rank 0's result fills
-the gaps, rows and epoch rows alike); the CLI progress reads only the newest rows.
+The parts in milliseconds (fast tier): the bounded history (hpclab.core.thinning), the client's
+in-order intake with its reads of rank 0's log (hpclab.cluster.intake), rank 0's publisher
+(hpclab.rank.publisher). Then the acceptance simulation (benchmarks/long_run.py, shorter, `slow`):
+rows made by rank 0's real meters, published by the real publisher the way datapub carries
+them, taken by a real client `Run` on its monitor thread and drawn by a real live `Dashboard`,
+at 2 and at 1,024 ranks. The memory bounds are scaled down here (the same code; the benchmark
+runs the real bounds) so a few thousand rows go well past them.
 """
 
 import io
+import json
 import math
-import pickle
-import threading
+import statistics
+import sys
+from pathlib import Path
 
-import numpy as np
 import pytest
 
 import hpclab.cluster.run as run_module
-from hpclab.cluster.run import Run
-from hpclab.core import pop
-from hpclab.core.config import RunConfig
-from hpclab.rank.meters import DETAIL, REDUCED, EpochMeter, Publisher, WindowMeter
-from hpclab.records.store import RunStore, load_run
+from hpclab.cluster.intake import Intake
+from hpclab.core.catalog import RANK_LISTS_MAX, TELEMETRY_FILES
+from hpclab.core.thinning import Thinned
+from hpclab.rank.publisher import Publisher
+from hpclab.records import rank_lists
+from hpclab.records.store import load_run
 from hpclab.tools.cli_progress import Progress
 
-WORLD, BATCH = 2, 64
-ROWS_PER_EPOCH = 2  # rows end at publishes and at epoch ends
-STEPS_PER_ROW = 8
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+import long_run as sim  # noqa: E402
 
 
-class Datapub:
-    """One rank's AsyncResult as `Run` reads it: ``data`` holds the latest message only (as
-    ipyparallel's datapub does); ``ready``/``get`` give the rank's result once it is set."""
-
-    def __init__(self):
-        self.latest: dict = {}
-        self.result = None
-        self.away: dict | None = None  # what the client saw last before it went away
-
-    def send(self, message: dict) -> None:
-        self.latest = {**self.latest, **message}
-
-    @property
-    def data(self) -> dict:
-        return self.latest if self.away is None else self.away
-
-    def client_away(self, away: bool) -> None:
-        """While away the client sees nothing new (a paused notebook); then only the latest."""
-        self.away = dict(self.latest) if away else None
-
-    def ready(self) -> bool:
-        return self.result is not None
-
-    def get(self, return_exceptions: bool = False):
-        return dict(self.result)
+# -- the parts ----------------------------------------------------------------------------------
+def test_thinned_keeps_the_newest_exact_and_older_ones_evenly_within_its_bound():
+    held = Thinned(recent=10, older=8)
+    for i in range(10_000):
+        held.append(i)
+        assert len(held) <= 18
+    items = held.items()
+    assert items[-10:] == list(range(9_990, 10_000)) and held.count == 10_000
+    older = items[:-10]
+    assert older == sorted(older) and older[0] == 0  # the start of the run is kept
+    gaps = {b - a for a, b in zip(older, older[1:])}
+    assert gaps == {held.stride}  # evenly spread
+    assert held.since(9_995) == list(range(9_995, 10_000)) and not held.complete
+    assert held.newest(lambda x: x > 9_997) == [9_998, 9_999]
 
 
-class Rank0:
-    """Rank 0's bookkeeping driven as hpclab.rank.trainer drives it, from generated numbers."""
-
-    def __init__(self, send):
-        spe = ROWS_PER_EPOCH * STEPS_PER_ROW
-        self.window = WindowMeter(BATCH, WORLD, spe)
-        self.epochs = EpochMeter(WORLD)
-        self.publisher = Publisher(send, every_s=0.5, total_steps=10**9)
-        self.publisher.epochs = self.epochs.rows  # (as Trainer._meters shares the list)
-        self.step, self.t = 0, 0.0
-        self.rng = np.random.default_rng(0)
-
-    def epoch(self) -> None:
-        """One epoch: ROWS_PER_EPOCH windows, each ending in a row and a publish; the last also
-        ends the epoch (its row closed before the publish, as in the trainer)."""
-        for i in range(ROWS_PER_EPOCH):
-            k = STEPS_PER_ROW
-            reduced = np.zeros(len(REDUCED))
-            loss, count = self.rng.uniform(0.5, 2.0), k * BATCH * WORLD
-            reduced[[REDUCED.index(n) for n in ("loss_sum", "correct", "count")]] = (
-                loss * k * WORLD,
-                0.8 * count,
-                count,
-            )
-            self.window.add(reduced, k)
-            self.epochs.add(reduced, k, self.t)
-            self.step += k
-            self.t += 0.5
-            detail = np.zeros((WORLD, len(DETAIL)))
-            for name, value in (("samples", k * BATCH), ("steps", k), ("call_s", 0.45)):
-                detail[:, DETAIL.index(name)] = value
-            detail[:, DETAIL.index("host_s")] = self.rng.uniform(0.01, 0.05, WORLD)
-            detail[:, DETAIL.index("wall_s")] = 0.5
-            for part in pop.STEP_PARTS:
-                detail[:, DETAIL.index(f"{part}_s")] = self.rng.uniform(0.01, 0.08, WORLD)
-            row = self.window.row(self.step, self.t, 0.1, detail, None)
-            row["eval_loss"], row["eval_accuracy"] = (float("nan"),) * 2
-            self.publisher.rows.append(row)
-            if i == ROWS_PER_EPOCH - 1:
-                self.epochs.close(self.step, self.t, self.t, 0.1, (loss, 0.8))
-            self.publisher.publish("running", self.step, self.t)
-
-    def result(self, status: str = "finished") -> dict:
-        """Rank 0's summary as Trainer._summary returns it (with every row and epoch row)."""
-        return {
-            "status": status,
-            "error": None,
-            "rank": 0,
-            "world_size": WORLD,
-            "steps": self.step,
-            "weights_digest": "same",
-            "sdc": None,
-            "rows": self.publisher.rows,
-            "epochs": self.epochs.rows,
-        }
+def _log(path: Path, rows: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows)
 
 
-def _client(tmp_path, pubs) -> Run:
-    store = RunStore(tmp_path, "flat")
-    store.create({"config": RunConfig().to_dict(), "workers": WORLD})
-    ranks = [{"rank": r, "pid": 0, "host": "sim"} for r in range(WORLD)]
-    return Run(
-        config=RunConfig(),
-        workers=WORLD,
-        store=store,
-        results=pubs,
-        ranks=ranks,
-        on_engines_lost=lambda message: None,
-        abort=lambda: None,
-        launcher_output=lambda: "",
-        hang_s=1e9,  # no heartbeats here: the watchdog is not under test
-    )
+def test_intake_takes_rows_in_order_from_messages_and_from_the_log_where_they_do_not_reach(
+    tmp_path,
+):
+    rows = [{"step": i} for i in range(1, 31)]
+    log = tmp_path / "rows.jsonl"
+    intake = Intake(log, "step")
+    assert intake.take(0, rows[:3]) == rows[:3]
+    assert intake.take(1, rows[1:5]) == rows[3:5]  # the resend is not taken twice
+    # a gap (positions 5..19 missed) before the log shows them: nothing out of order
+    assert intake.take(20, rows[20:22]) == [] and intake.count == 5
+    _log(log, rows[:25])
+    assert intake.take(20, rows[20:22]) == rows[5:25]  # (the log reached past the message)
+    assert intake.from_log == 20
+    _log(log, rows[25:28])
+    log.open("a").write('{"step": 2')  # a torn last line: read whole, next time
+    assert intake.take(28, rows[28:30]) == rows[25:30]
+    assert intake.finish() == [] and intake.count == 30
 
 
-class Seen:
-    """The client's newest row step and epoch number after each of its updates (an event)."""
+def test_publisher_sends_only_what_is_new_with_a_bounded_resend_and_logs_every_row(tmp_path):
+    sent = []
+    pub = Publisher(sent.append, every_s=0.5, total_steps=100, folder=tmp_path)
+    pub.publish("running", 0)  # a start message leaves the cadence alone
+    assert pub.due(0.0)
+    for i in range(1, 101):
+        pub.add_row({"step": i})
+        if i % 10 == 0:
+            pub.add_epoch({"epoch": i // 10, "step": i})
+        pub.publish("running", i, now=float(i))
+    assert not pub.due(100.4) and pub.due(100.5)
+    last = sent[-1]["hpclab"]
+    assert last["seq"] == 101 and (last["rows_total"], last["epochs_total"]) == (100, 10)
+    # the rows of the last RESEND messages, no more: a message's size does not grow
+    assert [r["step"] for r in last["rows"]] == list(range(101 - Publisher.RESEND, 101))
+    assert last["rows_at"] == 100 - Publisher.RESEND
+    assert len(pub.rows) == Publisher.ROWS_PER_MESSAGE  # rank 0's memory: a ring
+    pub.close()
+    logged = [json.loads(line) for line in (tmp_path / TELEMETRY_FILES["rows"]).open()]
+    assert [r["step"] for r in logged] == list(range(1, 101))
+    epochs = (tmp_path / TELEMETRY_FILES["epochs"]).read_text().splitlines()
+    assert [json.loads(e)["epoch"] for e in epochs] == list(range(1, 11))
 
-    def __init__(self, run: Run):
-        self.cond = threading.Condition()
-        run.on_update(self)
 
-    def __call__(self, run: Run) -> None:
-        with self.cond:
-            self.cond.notify_all()
-
-    def wait_for(self, run: Run, step: int, epoch: int) -> None:
-        def caught_up():
-            last = run.last_row
-            epochs = run.epoch_rows(after=epoch - 1)
-            return (
-                last is not None
-                and last["step"] == step
-                and [e["epoch"] for e in epochs] == [epoch]
-            )
-
-        with self.cond:
-            assert self.cond.wait_for(caught_up, timeout=30), (run.last_row, step, epoch)
+@pytest.mark.parametrize("send,every", [(None, 0.5), (print, 0.0)])
+def test_publisher_off_sends_nothing_and_is_never_due(send, every):
+    publisher = Publisher(send, every_s=every, total_steps=10)
+    publisher.publish("running", 1, now=1.0)
+    assert not publisher.enabled and not publisher.due(1e9) and publisher.seq == 0
 
 
+def test_above_rank_lists_max_a_row_carries_stats_and_the_lists_go_to_the_run_folder(tmp_path):
+    world = RANK_LISTS_MAX + 1
+    pub = Publisher(None, 0.5, 10, folder=tmp_path, world=world)
+    rates = [100.0 + r for r in range(world)]
+    rates[5] = 3.0
+    row = pub.add_row({"step": 7, "rank_samples_per_sec": rates, "rank_compute_ms": rates})
+    pub.close()
+    assert "rank_samples_per_sec" not in row and row["slowest_rank"] == 5
+    assert (row["rank_compute_ms_min"], row["rank_compute_ms_max"]) == (3.0, 100.0 + world - 1)
+    assert row["rank_samples_per_sec_median"] == statistics.median(rates)
+    lists = rank_lists.read(tmp_path)
+    assert lists.steps.tolist() == [7.0]
+    assert lists.column("rank_samples_per_sec")[0].tolist() == rates
+
+
+# -- the acceptance simulation ------------------------------------------------------------------
 @pytest.fixture
-def fast_monitor(monkeypatch):
-    """The monitor looks every millisecond instead of every 0.2 s, so a long simulated run
-    fits in a test; what it does on each look is unchanged."""
-    monkeypatch.setattr(run_module, "POLL_S", 0.001)
+def small_bounds(monkeypatch):
+    """The client's and the dashboard's bounds, scaled down (the same code)."""
+    import hpclab.views.panel.live as live
+
+    monkeypatch.setattr(run_module, "KEEP_RECENT", 100)
+    monkeypatch.setattr(run_module, "KEEP_OLDER", 100)
+    monkeypatch.setattr(live, "LIVE_RECENT", 50)
+    monkeypatch.setattr(live, "LIVE_OLDER", 50)
+    monkeypatch.setattr(run_module, "POLL_S", 0.001)  # the monitor's look, every millisecond
 
 
-def test_a_long_runs_messages_stay_flat_and_a_slow_client_loses_nothing(tmp_path, fast_monitor):
-    epochs, stall_at, stall = 10_000, 5_000, 3 * Publisher.EPOCHS_PER_MESSAGE
-    keep_up = Publisher.ROWS_PER_MESSAGE // ROWS_PER_EPOCH  # epochs a message still reaches back
-    pubs = [Datapub() for _ in range(WORLD)]
-    rank0 = Rank0(pubs[0].send)
-    run = _client(tmp_path, pubs)
-    seen = Seen(run)
-    sizes, live_missed = {}, None
-    while len(rank0.epochs.rows) < epochs:
-        done = len(rank0.epochs.rows)
-        # the client keeps up (a burst within what a message reaches back), except once: it
-        # stalls for `stall` epochs, more than a message reaches back, rows and epochs alike
-        stalls = done >= stall_at and live_missed is None
-        burst = stall if stalls else min(keep_up, epochs - done)
-        pubs[0].client_away(stalls)
-        for _ in range(burst):
-            rank0.epoch()
-            n = len(rank0.epochs.rows)
-            if n in (10, 100, 1_000, 10_000):
-                sizes[n] = len(pickle.dumps(pubs[0].latest))
-        pubs[0].client_away(False)  # back: it sees the latest message only
-        seen.wait_for(run, rank0.step, len(rank0.epochs.rows))
-        if stalls:
-            live_missed = (
-                len(rank0.publisher.rows) - len(run.history),
-                len(rank0.epochs.rows) - len(run.epochs),
-            )
-    pubs[1].result = {"weights_digest": "same", "sdc": None}
-    pubs[0].result = rank0.result()
-    run.wait(timeout=60)
+def _min_redraw(dash, run, n: int = 3) -> float:
+    """The fastest of ``n`` redraws (the machine's noise only ever adds time)."""
+    import time
 
-    print(f"\n[telemetry] pickled message bytes after N epochs: {sizes}; live gap {live_missed}")
-    # flat: 100x the run (once both windows are full) adds only the wider integers of steps
-    assert sizes[10_000] <= 1.01 * sizes[100], sizes
-    assert sizes[10] <= sizes[100]  # (the windows were not full yet)
-    rows_missed, epochs_missed = live_missed
-    assert rows_missed > 0 and epochs_missed > 0  # the stall did lose messages live...
-    want_steps = [r["step"] for r in rank0.publisher.rows]
-    want_epochs = list(range(1, epochs + 1))
-    assert run.history["step"].tolist() == want_steps  # ...and the end filled every gap
-    assert run.epochs["epoch"].tolist() == want_epochs
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        dash.update(run)
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def _flat(points: list[dict]) -> None:
+    """Message size, client memory and redraw time once the bounds are full vs at the end."""
+    full = next(p for p in points if p["run_held_rows"] >= 150 and p["dash_points"] >= 75)
+    end = points[-1]
+    assert end["rows"] >= 5 * full["rows"], (full["rows"], end["rows"])
+    assert end["message_bytes"] <= 1.01 * full["message_bytes"], points
+    assert end["run_held_rows"] <= 200 and end["dash_points"] <= 100
+    # (the thinned part of a bounded history holds from half its bound to all of it)
+    assert end["client_bytes"] <= 1.4 * full["client_bytes"], points
+    assert end["redraw_min_s"] <= 2.0 * full["redraw_min_s"] + 0.01, points
+
+
+def _simulate(tmp_path, world: int, rows: int, stall_at: float | None = None) -> dict:
+    return sim.simulate(tmp_path, world=world, rows=rows, checkpoints=6, stall_at=stall_at)
+
+
+@pytest.mark.slow
+def test_a_long_run_at_2_ranks_stays_flat_and_a_stalled_client_loses_nothing(
+    tmp_path, small_bounds, monkeypatch
+):
+    measured = []
+    real_measure = sim.measure
+
+    def measure(rank0, pub, run, dash):
+        point = real_measure(rank0, pub, run, dash)
+        point["redraw_min_s"] = _min_redraw(dash, run)
+        measured.append(point)
+        return point
+
+    monkeypatch.setattr(sim, "measure", measure)
+    result = _simulate(tmp_path, world=2, rows=1500, stall_at=0.5)
+    run, rank0 = result["run"], result["rank0"]
+    print(f"\n[telemetry] 2 ranks: {measured}")
+    _flat(measured)
+    # the stall lost messages live; the rows came from rank 0's log, in order, all of them
+    assert run._row_in.from_log > 0 and run._epoch_in.from_log > 0
+    want_steps = [sim.STEPS_PER_ROW * (i + 1) for i in range(rank0.rows)]
+    assert run.history["step"].tolist() == want_steps  # (from the run folder: rows thinned)
+    assert run.epochs["epoch"].tolist() == list(range(1, rank0.publisher.epoch_count + 1))
     record = load_run(run.path)
     assert record.history["step"].tolist() == want_steps
-    assert record.epochs["epoch"].tolist() == want_epochs
-    assert record.epochs["loss"].tolist() == pytest.approx([e["loss"] for e in rank0.epochs.rows])
+
+
+@pytest.mark.slow
+def test_a_long_run_at_1024_ranks_stays_flat_with_per_rank_stats(
+    tmp_path, small_bounds, monkeypatch
+):
+    measured = []
+    real_measure = sim.measure
+
+    def measure(rank0, pub, run, dash):
+        point = real_measure(rank0, pub, run, dash)
+        point["redraw_min_s"] = _min_redraw(dash, run)
+        measured.append(point)
+        return point
+
+    monkeypatch.setattr(sim, "measure", measure)
+    result = _simulate(tmp_path, world=1024, rows=1000)
+    run = result["run"]
+    print(f"\n[telemetry] 1024 ranks: {measured}")
+    _flat(measured)
+    last = run.last_row
+    assert not any(isinstance(v, list) for v in last.values())  # no O(world) in a message
+    assert last["slowest_rank"] in range(1024)
+    lists = rank_lists.read(run.path)
+    assert lists.values.shape[0] == result["rank0"].rows and lists.values.shape[2] == 1024
+    assert lists.column("rank_samples_per_sec")[-1].min() == last["rank_samples_per_sec_min"]
 
 
 class Tty(io.StringIO):
@@ -217,25 +220,26 @@ class Tty(io.StringIO):
 
 @pytest.mark.parametrize("tty", [True, False])
 def test_the_cli_progress_shows_the_newest_row_and_each_epoch_once(
-    tmp_path, fast_monitor, monkeypatch, capsys, tty
+    tmp_path, monkeypatch, capsys, tty
 ):
     """It reads run.last_row / run.epoch_rows (the newest only), never the whole history."""
     pytest.importorskip("tqdm")
+    monkeypatch.setattr(run_module, "POLL_S", 0.001)
     err = Tty() if tty else None
     if err is not None:
         monkeypatch.setattr("sys.stderr", err)
-    pubs = [Datapub() for _ in range(WORLD)]
-    rank0 = Rank0(pubs[0].send)
-    run = _client(tmp_path, pubs)
-    seen = Seen(run)
+    pubs = [sim.Datapub(), sim.Datapub()]
+    run = sim.client(tmp_path, pubs, 2)
+    rank0 = sim.Rank0(pubs[0].send, run.path, 2)
+    seen = sim.Seen(run)
     progress = Progress(total_steps=10**6, enabled=True)
     progress.start()
-    monkeypatch.setattr(Run, "history", property(lambda r: pytest.fail("history was built")))
+    monkeypatch.setattr(run_module.Run, "history", property(lambda r: pytest.fail("history")))
     run.on_update(progress)
     for _ in range(3):
-        for _ in range(4):
-            rank0.epoch()
-        seen.wait_for(run, rank0.step, len(rank0.epochs.rows))
+        for _ in range(8):
+            rank0.row()
+        seen.wait_for(run, rank0.step)
         progress(run)  # (and once more after the monitor's own call: nothing twice)
         if tty:
             assert progress.bar.n == rank0.step

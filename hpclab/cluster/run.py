@@ -1,10 +1,13 @@
 """`Run`: the client-side handle of one training run.
 
 A background thread polls each rank's ipyparallel AsyncResult: rank 0's published telemetry
-(datapub keeps only the latest value, so rank 0 publishes a bounded window of the recent rows and
-epoch rows, and the client keeps the history), and every rank's completion or death. Rows go to
-the run folder as they arrive (`hpclab.records.store.RunStore`), then to any `on_update`
-callbacks (the dashboard). The handle never blocks the notebook: `lab.run()` returns at once and
+(datapub keeps only the latest value, so rank 0 publishes what is new with a bounded resend,
+and the client takes rows in order, from rank 0's log in the run folder where it fell behind:
+`hpclab.cluster.intake`), and every rank's completion or death. Rows go to the run folder as they
+arrive (`hpclab.records.store.RunStore`), then to any `on_update` callbacks (the dashboard). In
+memory the handle keeps the newest rows exactly and older ones thinned
+(`hpclab.core.thinning.Thinned`), so its memory stays flat over a long run; `history` reads the
+full record from the run folder once rows were thinned. The handle never blocks the notebook: `lab.run()` returns at once and
 `wait()` is opt-in.
 
 The monitor thread never prints (that would land in whatever notebook cell happens to run): what
@@ -22,10 +25,14 @@ from collections.abc import Callable
 
 import pandas as pd
 
+from hpclab.cluster.intake import Intake
 from hpclab.cluster.watchdog import HANG_S, STALL_S, Watchdog
+from hpclab.core.catalog import TELEMETRY_FILES
 from hpclab.core.config import RunConfig
 from hpclab.core.errors import RunFailed
+from hpclab.core.thinning import Thinned
 from hpclab.rank.heartbeat import KEY as HEARTBEAT
+from hpclab.records.jsonio import read_jsonl
 from hpclab.records.store import RunRecord, RunStore
 
 POLL_S = 0.2
@@ -34,6 +41,10 @@ STOP_GRACE_S = 10.0  # after a STOP request to a training run, how long before t
 SETUP_GRACE_S = 180.0  # the same while ranks still set up (data generation, first trace), or
 # after rank 0 said the ranks left the loop (they are only finishing up)
 PEER_GRACE_S = 5.0  # a rank raised while others still run: they are blocked in an allreduce
+#: Rows (and epoch rows) the handle keeps in memory: the newest KEEP_RECENT exactly, older ones
+#: thinned to at most KEEP_OLDER (the dashboard draws ≤ ~2,000 points a trace; the CLI and the
+#: stop grace read only the newest). ~3 KB a row: ≤ ~25 MB however long the run.
+KEEP_RECENT, KEEP_OLDER = 4000, 4000
 
 log = logging.getLogger(__name__)
 
@@ -64,8 +75,10 @@ class Run:
         self._launcher_output = launcher_output
         self._link_state = link_state  # why no rank can reach us ('' when the controller runs)
         self._watchdog = Watchdog(ranks, hang_s, stall_s=stall_s)
-        self._rows: list[dict] = []
-        self._epochs: list[dict] = []
+        self._rows = Thinned(KEEP_RECENT, KEEP_OLDER)
+        self._epochs = Thinned(KEEP_RECENT, KEEP_OLDER)
+        self._row_in = Intake(self.path / TELEMETRY_FILES["rows"], "step")
+        self._epoch_in = Intake(self.path / TELEMETRY_FILES["epochs"], "epoch")
         self._callbacks: list[Callable] = []
         self.callback_errors = 0  # times an on_update callback raised (each one is logged)
         self.disk_error: str | None = None  # why the run folder stopped taking rows, if it did
@@ -92,29 +105,38 @@ class Run:
     # -- public ---------------------------------------------------------------------------
     @property
     def history(self) -> pd.DataFrame:
-        with self._lock:
-            return pd.DataFrame(list(self._rows))
+        """Every history row: from memory while nothing was thinned, else from the run folder."""
+        return pd.DataFrame(self._table(self._rows, "metrics.jsonl"))
 
     @property
     def epochs(self) -> pd.DataFrame:
+        return pd.DataFrame(self._table(self._epochs, "epochs.jsonl"))
+
+    def _table(self, held: Thinned, name: str) -> list[dict]:
         with self._lock:
-            return pd.DataFrame(list(self._epochs))
+            if held.complete or self.disk_error is not None:  # (then memory is all there is)
+                return held.items()
+        return read_jsonl(self.path / name)
 
     @property
     def last_row(self) -> dict | None:
         """The newest history row (a copy), or None before the first; O(1) however long the
         run, unlike ``history`` (a DataFrame of every row), for progress bars."""
         with self._lock:
-            return dict(self._rows[-1]) if self._rows else None
+            last = self._rows.last()
+            return dict(last) if last is not None else None
+
+    def rows_since(self, n: int) -> tuple[list[dict], int]:
+        """The history rows that arrived as number ``n`` or later (held exactly: the newest
+        KEEP_RECENT), and the number to ask from next time: O(new) for a live chart."""
+        with self._lock:
+            return [dict(r) for r in self._rows.since(n)], self._rows.count
 
     def epoch_rows(self, after: int = 0) -> list[dict]:
         """The epoch rows numbered above ``after`` (their ``epoch``), as dicts: a caller that
         has shown epochs up to ``after`` reads only the new ones (O(new), not O(epochs))."""
         with self._lock:
-            i = len(self._epochs)
-            while i and self._epochs[i - 1]["epoch"] > after:
-                i -= 1
-            return [dict(r) for r in self._epochs[i:]]
+            return [dict(r) for r in self._epochs.newest(lambda r: r["epoch"] > after)]
 
     @property
     def done(self) -> bool:
@@ -239,15 +261,15 @@ class Run:
             return
         self._training_seen = True
         self._loop_left = payload.get("state", "running") != "running"
-        self._merge(payload.get("rows", []), payload.get("epochs", []))
+        self._merge(
+            self._row_in.take(payload.get("rows_at"), payload.get("rows", [])),
+            self._epoch_in.take(payload.get("epochs_at"), payload.get("epochs", [])),
+        )
 
-    def _merge(self, rows: list[dict], epochs: list[dict]) -> None:
+    def _merge(self, new_rows: list[dict], new_epochs: list[dict]) -> None:
+        """Rows new and in order (:class:`hpclab.cluster.intake.Intake`): kept, written, told."""
         with self._lock:
-            last = self._rows[-1]["step"] if self._rows else -1
-            new_rows = [r for r in rows if r["step"] > last]
             self._measure_windows(new_rows)
-            last_epoch = self._epochs[-1]["epoch"] if self._epochs else 0
-            new_epochs = [e for e in epochs if e["epoch"] > last_epoch]
             self._rows.extend(new_rows)
             self._epochs.extend(new_epochs)
         if new_rows:
@@ -260,47 +282,38 @@ class Run:
     def _measure_windows(self, new_rows: list[dict]) -> None:
         """The first row's stretch (since the loop began) and the longest between two rows, on
         rank 0's clock (`time_s`); called before `new_rows` join the history."""
-        times = [r.get("time_s") for r in self._rows[-1:] + new_rows]
+        last = self._rows.last()
+        times = [r.get("time_s") for r in ([last] if last is not None else []) + new_rows]
         if not times or None in times:
             return
-        if not self._rows:
+        if last is None:
             self._first_window_s = float(times[0])
         for earlier, later in zip(times, times[1:]):
             self._longest_gap_s = max(self._longest_gap_s, float(later - earlier))
 
-    def _fill_gaps(self, rows: list[dict], epochs: list[dict]) -> None:
-        """Rank 0 returns every row and epoch row at the end; live messages carry only the
-        latest ones (hpclab.rank.meters.Publisher), so a client away for longer than they reach
-        back (a paused notebook) missed some. Those take their place in the history, the epoch
-        table and the record."""
-        rows_missed = self._fill("_rows", "step", rows)
-        if rows_missed is not None:
-            self._write("rows", lambda: self._store.rewrite_history(rows_missed[1]))
-        epochs_missed = self._fill("_epochs", "epoch", epochs)
-        if epochs_missed is not None:
-            self._write("epoch rows", lambda: self._store.rewrite_epochs(epochs_missed[1]))
-        for what, filled in (("rows", rows_missed), ("epoch rows", epochs_missed)):
-            if filled is not None:
+    def _say_taken(self, rows_total: int | None, epochs_total: int | None) -> None:
+        """Log how many rows came from rank 0's log (the client was behind) and any missing."""
+        for what, intake, total in (
+            ("rows", self._row_in, rows_total),
+            ("epoch rows", self._epoch_in, epochs_total),
+        ):
+            if intake.from_log:
                 log.info(
-                    "run %s: %d %s the client missed came with the result",
+                    "run %s: %d %s the live messages missed were read from rank 0's log",
                     self.run_id,
-                    filled[0],
+                    intake.from_log,
                     what,
                 )
-
-    def _fill(self, table: str, key: str, complete: list[dict]) -> tuple[int, list] | None:
-        """Put the rows of ``complete`` missing before the last one of ``self.<table>`` (by
-        ``key``) in their place; (how many, the whole table) or None if none was missing."""
-        with self._lock:
-            have = getattr(self, table)
-            seen = {r[key] for r in have}
-            last = have[-1][key] if have else -1
-            missed = [r for r in complete if r[key] < last and r[key] not in seen]
-            if not missed:
-                return None
-            merged = sorted(have + missed, key=lambda r: r[key])
-            setattr(self, table, merged)
-            return len(missed), list(merged)
+            if total is not None and intake.count < total:
+                log.warning(
+                    "run %s: %d of rank 0's %d %s never reached the client (its log in %s "
+                    "was not readable)",
+                    self.run_id,
+                    total - intake.count,
+                    total,
+                    what,
+                    self.path,
+                )
 
     def _write(self, what: str, write: Callable[[], None]) -> None:
         """Write to the run folder, until a write fails (a full disk, a deleted folder): then
@@ -347,9 +360,11 @@ class Run:
             )
             return
         rank0 = outcomes[0]
-        rows, epochs = rank0.pop("rows", []), rank0.pop("epochs", [])
-        self._fill_gaps(rows, epochs)
+        self._take_telemetry()  # rank 0's last message, then the rest of its log
+        rows = self._row_in.finish() + self._row_in.take(None, rank0.pop("rows", []))
+        epochs = self._epoch_in.finish() + self._epoch_in.take(None, rank0.pop("epochs", []))
         self._merge(rows, epochs)
+        self._say_taken(rank0.pop("rows_total", None), rank0.pop("epochs_total", None))
         summary = {k: v for k, v in rank0.items() if k != "rank"}
         summary["weights_digest"] = [o["weights_digest"] for o in outcomes]
         if summary.get("sdc"):  # every rank's weight digest right after the flip, its values

@@ -127,6 +127,20 @@ MIN_PUBLISH_EVERY_S = 0.1
 #: A history row's throughput is taken over at least this many seconds of training (its window
 #: and the ones before it, hpclab.rank.meters.RateWindow): readable, and still a true rate.
 RATE_WINDOW_S = 1.0
+#: Up to this many ranks a history row carries each per-rank figure as a list (the dashboard
+#: draws one line per rank up to the same count); above it, a row carries min / median / max and
+#: the slowest rank's id, and rank 0 writes the full lists to TELEMETRY_FILES["ranks"]: a row's
+#: size then stays flat in the world size (~2 KB at 1,024 ranks instead of ~70 KB).
+RANK_LISTS_MAX = 16
+#: What rank 0 writes to the run folder while it trains (hpclab.rank.publisher): every history
+#: row and epoch row (JSON lines, the order they were made), and above RANK_LISTS_MAX ranks the
+#: per-rank lists (float64 records: the row's step, then each list; keys in the .json beside).
+TELEMETRY_FILES = {
+    "rows": "telemetry/rows.jsonl",
+    "epochs": "telemetry/epochs.jsonl",
+    "ranks": "telemetry/ranks.f64",
+    "ranks_meta": "telemetry/ranks.json",
+}
 
 
 def models_for(dataset: str) -> tuple[str, ...]:

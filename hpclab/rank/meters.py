@@ -15,6 +15,7 @@ two kinds of telemetry:
 from __future__ import annotations
 
 import time
+from array import array
 from collections import deque
 from collections.abc import Callable
 
@@ -146,7 +147,8 @@ class WindowMeter:
             self.detail_total += detail
         rated = self.rate.add(detail)
         busy = rated[:, D["call_s"]] + rated[:, D["host_s"]]
-        rank_sps = [float(s / t) if t > 0 else None for s, t in zip(rated[:, D["samples"]], busy)]
+        samples = rated[:, D["samples"]].tolist()
+        rank_sps = [s / t if t > 0 else None for s, t in zip(samples, busy.tolist())]
         sampled = w[R["noise_samples"]]
         row = {
             "step": step,
@@ -188,7 +190,7 @@ def time_columns(detail: np.ndarray) -> dict:
     for name, seconds in parts.items():
         per_step = 1000 * seconds / steps
         cols[f"{name}_ms"] = float(per_step.mean()) if per_step.size else float("nan")
-        cols[f"rank_{name}_ms"] = [float(v) for v in per_step]
+        cols[f"rank_{name}_ms"] = np.asarray(per_step, dtype=float).tolist()
     wall = (detail[:, D["wall_s"]] - detail[:, D["eval_s"]]) / steps
     cols["step_ms"] = float(1000 * wall.max(initial=0.0))
     cols.update(pop.efficiencies(parts))
@@ -231,12 +233,15 @@ class RankClock:
 class EpochMeter:
     """Training loss/accuracy and time over the current epoch; :meth:`close` emits its row."""
 
+    KEEP = 64  # epoch rows kept in memory (a rollback reaches back less; all are on disk)
+
     def __init__(self, world: int):
         self.world = world
         self.sums = np.zeros(3)  # loss_sum, correct, count over the epoch (all ranks)
         self.steps = 0
         self.t0: float | None = None
-        self.rows: list[dict] = []
+        self.rows: list[dict] = []  # the newest KEEP closed epochs
+        self.closed = 0  # epochs closed (rolled-back ones taken off)
 
     def add(self, reduced: np.ndarray, steps: int, t_call_start: float) -> None:
         if self.t0 is None:
@@ -251,7 +256,7 @@ class EpochMeter:
         loss_sum, correct, count = self.sums
         elapsed = now - self.t0 if self.t0 is not None else 0.0
         row = {
-            "epoch": len(self.rows) + 1,
+            "epoch": self.closed + 1,
             "step": step,
             "time_s": time_s,
             "loss": loss_sum / max(1, self.steps * self.world),
@@ -262,6 +267,9 @@ class EpochMeter:
             "samples_per_sec": count / elapsed if elapsed > 0 else None,
         }
         self.rows.append(row)
+        self.closed += 1
+        if len(self.rows) > 2 * self.KEEP:
+            del self.rows[: -self.KEEP]
         self.sums[:] = 0
         self.steps = 0
         self.t0 = now
@@ -269,20 +277,27 @@ class EpochMeter:
 
     def rollback(self, step: int) -> None:
         """Every rank restored its state before step ``step`` (hpclab.rank.features.sdc): the epochs
-        closed after it are gone (in place: the publisher holds this list) and the open one
-        restarts its sums."""
-        del self.rows[sum(1 for r in self.rows if r["step"] <= step) :]
+        closed after it are gone and the open one restarts its sums."""
+        kept = sum(1 for r in self.rows if r["step"] <= step)
+        self.closed -= len(self.rows) - kept
+        del self.rows[kept:]
         self.sums[:] = 0
         self.steps = 0
 
 
 class ThroughputLog:
-    """Global rate per call and per-rank rates per window, summarised the Horovod-benchmark way."""
+    """Global rate per call and per-rank rates per window, summarised the Horovod-benchmark way.
+
+    The per-call rates are kept (8 bytes each, two floats a call: the warm-up skipped is a
+    fraction of them, known only at the end); the per-rank rates are kept as running sums, so
+    rank 0's memory does not grow with the world size times the run's length."""
 
     def __init__(self):
-        self.global_rates: list[float] = []
-        self.seconds: list[float] = []
-        self.rank_rates: list[list[float]] = []
+        self.global_rates = array("d")
+        self.seconds = array("d")
+        self._rank_first: np.ndarray | None = None  # each rank's first finite rate (skipped)
+        self._rank_sum: np.ndarray | None = None
+        self._rank_n: np.ndarray | None = None
 
     def add_call(self, samples: float, seconds: float) -> None:
         """One call of every rank: ``samples`` global, ``seconds`` from one call's start to the
@@ -292,8 +307,18 @@ class ThroughputLog:
             self.seconds.append(seconds)
 
     def add_window(self, rank_samples_per_sec: list[float | None]) -> None:
-        if all(r is not None for r in rank_samples_per_sec):
-            self.rank_rates.append(list(rank_samples_per_sec))
+        if not all(r is not None for r in rank_samples_per_sec):
+            return
+        rates = np.asarray(rank_samples_per_sec, dtype=float)
+        if self._rank_first is None:
+            self._rank_first = np.full(rates.shape, np.nan)
+            self._rank_sum, self._rank_n = np.zeros(rates.shape), np.zeros(rates.shape)
+        ok = np.isfinite(rates)
+        first = ok & np.isnan(self._rank_first)  # a rank's first window is its warm-up
+        self._rank_first[first] = rates[first]
+        later = ok & ~first
+        self._rank_sum[later] += rates[later]
+        self._rank_n[later] += 1
 
     def summary(self) -> dict:
         """Mean ± 1.96σ after skipping the warm-up (max(3, 10 %) calls; 1 window per rank).
@@ -302,63 +327,17 @@ class ThroughputLog:
         duration: the mean is then all samples over all seconds of the kept calls."""
         skip = max(3, int(0.1 * len(self.global_rates)))
         stats = throughput_stats(self.global_rates, skip=skip, weights=self.seconds)
-        per_rank = [throughput_stats(col, skip=1).mean for col in np.array(self.rank_rates).T]
+        per_rank = []
+        if self._rank_first is not None:  # (one window only: it is the mean, as throughput_stats)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                mean = np.where(self._rank_n > 0, self._rank_sum / self._rank_n, self._rank_first)
+            per_rank = [float(v) for v in mean]
         return {
             "samples_per_sec": stats.mean,
             "samples_per_sec_ci95": stats.ci95,
             "throughput_intervals": stats.n,
-            "rank_samples_per_sec": per_rank if self.rank_rates else [],
+            "rank_samples_per_sec": per_rank,
         }
-
-
-class Publisher:
-    """Rank 0's live feed to the client through ipyparallel's datapub.
-
-    datapub keeps only the latest value per engine and the client polls it every 0.2 s, so each
-    message carries a sequence number, the last ``ROWS_PER_MESSAGE`` history rows and the last
-    ``EPOCHS_PER_MESSAGE`` epoch rows — a bounded resend window, never a whole list, so a
-    message's size and pickling cost do not grow with the run's length
-    (tests/test_telemetry_flat.py). The client dedupes rows by ``step`` and epoch rows by
-    ``epoch``; a client away for longer than a window reaches back misses some live, and they
-    come with rank 0's result at the end (``hpclab.cluster.run.Run._fill_gaps``).
-    """
-
-    ROWS_PER_MESSAGE = 32
-    EPOCHS_PER_MESSAGE = 32
-
-    def __init__(self, send: Callable[[dict], None] | None, every_s: float, total_steps: int):
-        self.send, self.every_s, self.total_steps = send, every_s, total_steps
-        self.rows: list[dict] = []
-        self.epochs: list[dict] = []
-        self.seq = 0
-        self.last = float("-inf")
-
-    @property
-    def enabled(self) -> bool:
-        return self.send is not None and self.every_s > 0
-
-    def due(self, now: float) -> bool:
-        return self.enabled and now - self.last >= self.every_s
-
-    def publish(self, state: str, step: int, now: float | None = None) -> None:
-        """Send the latest rows; ``now`` (perf-counter) restarts the cadence, None leaves it."""
-        if not self.enabled:
-            return
-        self.seq += 1
-        self.send(
-            {
-                "hpclab": {
-                    "seq": self.seq,
-                    "state": state,
-                    "rows": self.rows[-self.ROWS_PER_MESSAGE :],
-                    "epochs": self.epochs[-self.EPOCHS_PER_MESSAGE :],
-                    "step": step,
-                    "total_steps": self.total_steps,
-                }
-            }
-        )
-        if now is not None:
-            self.last = now
 
 
 class CallSizer:

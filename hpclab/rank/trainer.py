@@ -30,13 +30,13 @@ from hpclab.rank.heartbeat import PROGRESS
 from hpclab.rank.meters import (
     CallSizer,
     EpochMeter,
-    Publisher,
     R,
     RankClock,
     ThroughputLog,
     WindowMeter,
     decisions,
 )
+from hpclab.rank.publisher import Publisher
 from hpclab.rank.step import Step
 from hpclab.rank.timeline_window import TimelineWindow
 from hpclab.rank.validation import Validation
@@ -317,10 +317,13 @@ class Trainer:
         from ipyparallel.datapub import publish_data
 
         epochs = EpochMeter(world)
-        publisher = Publisher(
-            publish_data if self.rank == 0 else None, cfg.publish_every_s, self.total_steps
+        publisher = Publisher(  # rank 0 also writes every row to the run folder
+            publish_data if self.rank == 0 else None,
+            cfg.publish_every_s,
+            self.total_steps,
+            folder=self.run_dir if self.rank == 0 else None,
+            world=world,
         )
-        publisher.epochs = epochs.rows
         return LoopMeters(
             window=WindowMeter(B, world, self.steps_per_epoch),
             epochs=epochs,
@@ -406,7 +409,7 @@ class Trainer:
                 )
                 row["eval_loss"], row["eval_accuracy"] = point or (float("nan"),) * 2
                 m.rates.add_window(row["rank_samples_per_sec"])
-                m.publisher.rows.append(row)
+                m.publisher.add_row(row)
             else:
                 m.window.reset()
         return evaluated
@@ -420,6 +423,7 @@ class Trainer:
         m.clock.add_eval(t - t_eval)  # (lands in the next row's window)
         row = m.epochs.close(step, t, t - t_start, self._lr(step), val)
         row["epoch"] = -(-step // self.steps_per_epoch)  # (a resumed run counts on)
+        m.publisher.add_epoch(row)
         return t - t_eval
 
     def _checkpoint(self, step: int, m: LoopMeters) -> float:
@@ -445,6 +449,7 @@ class Trainer:
                 peak_lr=self.plan.peak_lr,
             )
         m.publisher.publish(status, step, time.perf_counter())  # every rank left the loop
+        m.publisher.close()
         m.timeline.after_call(step, last=True)
         summary = self._summary(status, error, step, m, wall0)
         if self.rank == 0 and m.timeline.summary is not None:
@@ -500,8 +505,9 @@ class Trainer:
         }
         if self.rank == 0:
             summary["time_split"] = m.window.run_split()
-            summary["rows"] = m.publisher.rows
-            summary["epochs"] = m.epochs.rows
+            # the rows are in the run folder (hpclab.rank.publisher): their counts only
+            summary["rows_total"] = m.publisher.row_count
+            summary["epochs_total"] = m.publisher.epoch_count
         return summary
 
     def _lr(self, step: int) -> float:

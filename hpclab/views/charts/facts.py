@@ -184,8 +184,12 @@ def rank_matrix(df: pd.DataFrame, workers: int) -> np.ndarray:
     out = np.full((n, width), np.nan)
     for i, cell in enumerate(cells):
         if isinstance(cell, (list, tuple, np.ndarray)):
-            vals = pd.to_numeric(pd.Series(list(cell), dtype=object), errors="coerce")
-            out[i, : len(vals)] = vals.to_numpy(dtype=float, na_value=np.nan)
+            try:  # numbers and None (-> NaN): the live case, ~100x faster than pandas per cell
+                vals = np.array(cell, dtype=float)
+            except (TypeError, ValueError):  # anything else a record may hold becomes NaN
+                coerced = pd.to_numeric(pd.Series(list(cell), dtype=object), errors="coerce")
+                vals = coerced.to_numpy(dtype=float, na_value=np.nan)
+            out[i, : len(vals)] = vals
     return out
 
 

@@ -58,15 +58,22 @@ IDEAL_NOTE = "run with 1 worker to get the ideal line"
 MAX_RANK_LINES = 16  # above this, per-rank throughput is a min / median / max band
 
 
-def _rank_band(add, hx, ranks: np.ndarray, sm) -> None:
-    """Per-rank throughput of many ranks as a band: min and max (filled) and the median."""
+def _rank_stats(h, ranks: np.ndarray | None) -> dict:
+    """Per-row min / median / max of the ranks' throughput: from the per-rank lists, or from
+    the row's own ``rank_samples_per_sec_<stat>`` columns (rows of more than RANK_LISTS_MAX
+    ranks carry those instead of lists: hpclab.rank.publisher)."""
+    if ranks is None:
+        return {s: column(h, f"rank_samples_per_sec_{s}") for s in ("min", "max", "median")}
     with np.errstate(all="ignore"):  # a row with no rank figures yet is all-NaN
-        stats = {
+        return {
             "min": np.nanmin(ranks, axis=1) if ranks.size else np.array([]),
             "max": np.nanmax(ranks, axis=1) if ranks.size else np.array([]),
             "median": np.nanmedian(ranks, axis=1) if ranks.size else np.array([]),
         }
-    n = ranks.shape[1]
+
+
+def _rank_band(add, hx, stats: dict, n: int, sm) -> None:
+    """Per-rank throughput of many ranks as a band: min and max (filled) and the median."""
     band = dict(width=0.5, color=RANK_COLORS[0])
     add(
         "thr/rank-min",
@@ -143,10 +150,12 @@ def trace_specs(
         )
 
     if role == "main":
-        ranks = rank_matrix(h, f.workers)
-        if ranks.shape[1] > MAX_RANK_LINES:
-            _rank_band(add, hx, ranks, sm_rate)
-        for r in range(ranks.shape[1] if ranks.shape[1] <= MAX_RANK_LINES else 0):
+        compact = "rank_samples_per_sec_median" in h.columns
+        ranks = None if compact else rank_matrix(h, f.workers)
+        width = f.workers if ranks is None else ranks.shape[1]
+        if width > MAX_RANK_LINES:
+            _rank_band(add, hx, _rank_stats(h, ranks), width, sm_rate)
+        for r in range(width if width <= MAX_RANK_LINES else 0):
             add(
                 f"thr/rank{r}",
                 "throughput",

@@ -7,8 +7,12 @@ It draws only: it never talks to ipyparallel or the engines. It reads DataFrames
 :class:`hpclab.records.store.RunRecord` read from disk — and redraws from the same trace specs as the
 static report figure (:func:`hpclab.views.charts.traces.trace_specs`).
 
-The run calls back from its background thread; redraws are throttled and serialised with locks
-here. ipywidgets is imported only when a :class:`Dashboard` is built. Static charts never import
+The run calls back from its background thread (its monitor): the callback only takes the rows
+that are new (``run.rows_since``, O(new)) into the dashboard's own bounded copy — the newest
+1,000 rows exact, older ones thinned to at most 1,000 more (:class:`hpclab.core.thinning.Thinned`)
+— so a redraw costs the same after ten hours as after ten seconds; redraws happen on a timer
+thread, never on the monitor's (which must keep polling, stopping and watching the ranks), are
+throttled, and serialised with locks here. ipywidgets is imported only when a :class:`Dashboard` is built. Static charts never import
 this module.
 """
 
@@ -23,6 +27,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
+from hpclab.core.thinning import Thinned
 from hpclab.views.charts.facts import (
     X_AXES,
     RunFacts,
@@ -41,6 +46,47 @@ SMOOTHING_MAX = 0.95
 #: The smoothing slider's start: an EMA over about 2.5 rows, enough to read the loss of windows
 #: that cover a few steps, short enough to follow a change within a few seconds.
 DEFAULT_SMOOTHING = 0.6
+#: Points a live trace keeps: the newest exactly, older ones thinned (≤ 2,000 a trace).
+LIVE_RECENT, LIVE_OLDER = 1000, 1000
+
+
+class _Follow:
+    """A live run's rows as the dashboard draws them: its own bounded copy, fed O(new)."""
+
+    def __init__(self, run: Any):
+        self.run = run
+        self.rows = Thinned(LIVE_RECENT, LIVE_OLDER)
+        self.epochs = Thinned(LIVE_RECENT, LIVE_OLDER)
+        self.next_row, self.last_epoch = 0, 0
+        self.lock = threading.Lock()
+        self.take()
+
+    def take(self) -> None:
+        """The rows and epoch rows that arrived since the last take (the monitor's thread)."""
+        rows, n = self.run.rows_since(self.next_row)
+        epochs = self.run.epoch_rows(after=self.last_epoch)
+        with self.lock:
+            self.rows.extend(rows)
+            self.epochs.extend(epochs)
+            self.next_row = n
+            if epochs:
+                self.last_epoch = epochs[-1]["epoch"]
+
+    def view(self) -> Any:
+        """The run as the charts read it, with ``history``/``epochs`` from the bounded copy."""
+        import pandas as pd
+
+        with self.lock:
+            rows, epochs = self.rows.items(), self.epochs.items()
+        return _LiveView(self.run, pd.DataFrame(rows), pd.DataFrame(epochs))
+
+
+class _LiveView:
+    def __init__(self, run: Any, history: Any, epochs: Any):
+        self._run, self.history, self.epochs = run, history, epochs
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._run, name)
 
 
 class Dashboard:
@@ -85,6 +131,9 @@ class Dashboard:
         self._attached: Any = None
         self._last_draw = -math.inf
         self._timer: threading.Timer | None = None
+        self._follow: _Follow | None = None  # the attached run's bounded copy (a live Run)
+        self._idle = threading.Event()  # no redraw scheduled or running
+        self._idle.set()
 
         self._x_ctl = W.ToggleButtons(
             options=[(label, key) for key, label in X_AXES.items()],
@@ -145,7 +194,10 @@ class Dashboard:
     # One snapshot of the main run per redraw: a live Run builds a fresh DataFrame on every
     # `history` access, so read it once and draw everything from that copy.
     def _snap(self) -> None:
-        self._facts = run_facts(self._source) if self._source is not None else None
+        follow = self._follow
+        source = follow.view() if follow is not None and follow.run is self._source else None
+        source = source if source is not None else self._source
+        self._facts = run_facts(source) if source is not None else None
 
     def _ideal(self) -> float | None:
         if self.ideal_single_rank:
@@ -301,6 +353,7 @@ class Dashboard:
         with self._tlock:
             self._attached = run
             self._last_draw = time.monotonic()
+            self._follow = _Follow(run) if hasattr(run, "rows_since") else None
         self.show_run(run)
         run.on_update(self._on_run_update)
 
@@ -308,36 +361,51 @@ class Dashboard:
         """Stop following the attached run (its later callbacks are ignored)."""
         with self._tlock:
             self._attached = None
+            self._follow = None
             if self._timer is not None:
                 self._timer.cancel()
                 self._timer = None
+                self._idle.set()
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        """Wait until no redraw is scheduled or running (True), or ``timeout`` s (False)."""
+        return self._idle.wait(timeout)
 
     def _on_run_update(self, run: Any) -> None:
+        """The run's callback, on its monitor thread: take the new rows (O(new)) and schedule
+        a redraw on a timer thread — at once if one is due or the run is done, else when the
+        interval ends (the newest rows never wait longer than ``max_wait_s``)."""
         with self._tlock:
             if run is not self._attached:
                 return
-            now = time.monotonic()
-            waited = now - self._last_draw
-            if bool(attr_or(run, "done", False)) or waited >= self.min_interval_s:
-                if self._timer is not None:
-                    self._timer.cancel()
-                    self._timer = None
-                self._last_draw = now
-                draw = True
-            else:
-                draw = False
-                if self._timer is None:  # trailing redraw: the newest rows never wait long
-                    delay = min(self.min_interval_s - waited, self.max_wait_s)
-                    self._timer = threading.Timer(delay, self._trailing, args=(run,))
-                    self._timer.daemon = True
-                    self._timer.start()
-        if draw:
-            self.update(run)
+            follow = self._follow
+        if follow is not None:
+            follow.take()
+        with self._tlock:
+            if run is not self._attached:
+                return
+            waited = time.monotonic() - self._last_draw
+            now_due = bool(attr_or(run, "done", False)) or waited >= self.min_interval_s
+            if self._timer is not None and not (now_due and self._timer.interval > 0):
+                return  # a redraw is scheduled already; it will read these rows
+            if self._timer is not None:
+                self._timer.cancel()
+            delay = 0.0 if now_due else min(self.min_interval_s - waited, self.max_wait_s)
+            self._last_draw = time.monotonic() + delay
+            self._idle.clear()
+            self._timer = threading.Timer(delay, self._trailing, args=(run,))
+            self._timer.daemon = True
+            self._timer.start()
 
     def _trailing(self, run: Any) -> None:
-        with self._tlock:
-            self._timer = None
-            if run is not self._attached:
-                return
-            self._last_draw = time.monotonic()
-        self.update(run)
+        try:
+            with self._tlock:
+                self._timer = None
+                if run is not self._attached:
+                    return
+                self._last_draw = time.monotonic()
+            self.update(run)
+        finally:
+            with self._tlock:
+                if self._timer is None:
+                    self._idle.set()

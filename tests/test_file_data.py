@@ -1,0 +1,120 @@
+"""Your own data: a folder of files with a dataset.json (hpclab.core.filedata), resident or
+streamed by tf.data on real ranks (hpclab.rank.stream), with the example model of
+examples/byo, which lives outside hpclab."""
+
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from hpclab.core.config import RunConfig
+from hpclab.core.errors import ConfigError
+from hpclab.core.filedata import check_files, describe, masked_crc32c, resident
+
+BYO = Path(__file__).resolve().parents[1] / "examples" / "byo"
+sys.path.insert(0, str(BYO))
+import make_dataset  # noqa: E402  (examples/byo: the generator a researcher runs)
+
+
+@pytest.fixture(scope="module")
+def signals(tmp_path_factory):
+    """A small TFRecord dataset: 8 training files of 256 records (64 floats), 2 validation."""
+    return make_dataset.make(tmp_path_factory.mktemp("data") / "signals", records=256)
+
+
+def _edit(folder: Path, **changes) -> Path:
+    desc = json.loads((folder / "dataset.json").read_text())
+    desc.update(changes)
+    (folder / "dataset.json").write_text(json.dumps(desc))
+    return folder
+
+
+def test_crc32c_is_castagnolis():
+    # RFC 3720 B.4: CRC-32C of 32 zero bytes is 0x8A9136AA; the mask as record_writer.cc
+    from hpclab.core.filedata import crc32c
+
+    assert crc32c(bytes(32)) == 0x8A9136AA
+    c = crc32c(b"abc")
+    assert masked_crc32c(b"abc") == (((c >> 15) | (c << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def test_description_and_files_are_checked_with_one_sentence(signals, tmp_path):
+    d = describe(signals)
+    assert d["train_records"] == 8 * 256 and d["input_shape"] == (64,)
+    check_files(signals)
+    cfg = RunConfig(dataset=str(signals), model="cnn1d")
+    assert cfg.train_size() == d["train_records"] and cfg.validation_size() == 2 * 256
+    assert resident(cfg, 2)  # 1 MB: auto keeps it in memory
+    # a description that is wrong names the field, the value and what is allowed
+    bad = Path(shutil.copytree(signals, tmp_path / "bad"))
+    _edit(bad, format="parquet")
+    with pytest.raises(ConfigError, match=r"field 'format' must be one of tfrecord, npz; it is"):
+        RunConfig(dataset=str(bad)).for_workers(2)
+    _edit(bad, format="tfrecord", x={"key": "x", "shape": [0], "dtype": "float32"})
+    with pytest.raises(ConfigError, match=r"'x.shape' must be a list of 1 to 3 positive"):
+        describe(bad)
+    with pytest.raises(ConfigError, match="is not a folder"):
+        RunConfig(dataset=str(tmp_path / "missing")).train_size()
+    # a file that is not what the description says: its framing is checked before any rank
+    wrong = Path(shutil.copytree(signals, tmp_path / "wrong"))
+    make_dataset.make(tmp_path / "npz", fmt="npz", files=1, records=8)
+    shutil.copy(tmp_path / "npz" / "train-00000.npz", wrong / "train-00003.tfrecord")
+    with pytest.raises(ConfigError, match=r"train file 'train-00003.tfrecord' is not a tfrecord"):
+        check_files(wrong)
+
+
+@pytest.mark.mpi
+@pytest.mark.slow
+@pytest.mark.own_lab
+def test_a_model_of_your_own_trains_on_streamed_tfrecords_and_failures_are_sentences(
+    signals, tmp_path, monkeypatch
+):
+    from hpclab import Lab
+
+    # the engines inherit the client's environment: the example's folder on PYTHONPATH
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(BYO), os.environ.get("PYTHONPATH", "")]))
+    cfg = RunConfig(
+        model="my_model:small_cnn",
+        dataset=str(signals),
+        input="stream",
+        epochs=2,
+        batch_per_worker=32,
+        warmup_epochs=0,
+    )
+    # a feature of the wrong size in files whose framing is right: found on the ranks
+    short = make_dataset.make(tmp_path / "short", files=2, records=64, length=32)
+    _edit(short, x={"key": "x", "shape": [64], "dtype": "float32"})
+    with Lab(workers=2, runs_dir=tmp_path / "runs", verbose=False) as lab:
+        run = lab.run(cfg)
+        summary = run.wait(timeout=300)
+        auto = lab.run(cfg.replace(input="auto", stage="local")).wait(timeout=300)
+        garbled = lab.run(cfg.replace(dataset=str(short)))
+        garbled.wait(timeout=300, check=False)  # (every rank fails together: engines live on)
+        with pytest.raises(ConfigError, match="module 'no_such_package.models' cannot be"):
+            lab.run(cfg.replace(model="no_such_package.models:build"))
+        with pytest.raises(ConfigError, match=r"batch_per_worker must be at most 1024 on 2"):
+            lab.run(cfg.replace(batch_per_worker=2000))
+        # last: one rank's failure aborts the others (the lab restarts engines on its next run)
+        broken = lab.run(cfg.replace(model="my_model:broken_on_rank_1"))
+        broken.wait(timeout=300, check=False)
+    assert run.status == "finished", run.error
+    assert len(set(summary["weights_digest"])) == 1
+    assert summary["val_accuracy"] > 0.2, summary["val_accuracy"]  # chance is 0.10
+    info, split = summary["input_pipeline"], summary["time_split"]
+    assert (
+        info["mode"] == "stream" and info["sharding"] == "by_file" and info["format"] == "tfrecord"
+    )
+    # the input part is the wait for the pipeline: non-zero, within a few times the batch time
+    # the pipeline takes on its own (prefetch hides part of it behind compute; 2 busy cores
+    # stretch both), and above the resident input's (a gather in memory)
+    assert 0 < split["input_ms"] < 5 * info["probe_s_per_batch"] * 1e3 + 1.0, (split, info)
+    assert auto["input_pipeline"]["mode"] == "resident"  # the auto rule: 1 MB fits
+    assert auto["input_pipeline"]["stage"]["seconds"] >= 0
+    assert auto["time_split"]["input_ms"] < split["input_ms"]
+    assert broken.status == "failed"
+    assert "rank 1 raised" in broken.error and "cannot be built on rank 1" in broken.error
+    assert garbled.status == "failed"
+    assert "file 'train-00000.tfrecord' is not what dataset.json says" in garbled.error
