@@ -36,8 +36,9 @@ with Lab(workers=2) as lab:
 
 @pytest.mark.parametrize("pause_s", [12, 40])
 def test_a_client_paused_mid_run_finds_its_run_training_and_every_row_recorded(tmp_path, pause_s):
-    """12 s is past the watchdog's 8 s bound; 40 s is past what the live messages reach back
-    (32 rows at 4 a second: 8 s), so the rows of the pause come only with the result."""
+    """12 s is past the watchdog's 8 s bound; both are past what the live messages reach back
+    (Publisher.RESEND messages), so the rows of the pause come from rank 0's log in the run
+    folder (hpclab.cluster.intake)."""
     proc = client_process.start(CLIENT, tmp_path)
     try:
         rows_before = int(client_process.read_line(proc, "ROWS ", timeout=240)[len("ROWS ") :])
