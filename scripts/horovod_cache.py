@@ -43,8 +43,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from hpclab.tools.linkage import horovod_mpi_libs, parse_ldd_libmpi
-
 #: The Horovod release hpclab builds (the last one; it needs TensorFlow < 2.16).
 HOROVOD_VERSION = "0.28.1"
 #: Distributions that provide the ``tensorflow`` module, in the order they are looked for.
@@ -142,10 +140,13 @@ def libmpi_from_show(show: str) -> str:
     tokens = show.split()
     dirs = [t[2:] for t in tokens if t.startswith("-L") and len(t) > 2]
     dirs += [tokens[i + 1] for i, t in enumerate(tokens[:-1]) if t == "-L"]
+    # the library the wrapper links: -lmpi, or a Cray MPICH's -lmpi_cray / -lmpi_gnu_123
+    names = [t[2:] for t in tokens if re.fullmatch(r"-lmpi(_\w+)?", t)] or ["mpi"]
     for directory in dirs:
-        candidates = sorted(glob.glob(os.path.join(directory, "libmpi.so.[0-9]*")), key=len)
-        if candidates:
-            return os.path.realpath(candidates[0])
+        for name in names:
+            candidates = sorted(glob.glob(os.path.join(directory, f"lib{name}.so.[0-9]*")), key=len)
+            if candidates:
+                return os.path.realpath(candidates[0])
     return ""
 
 
@@ -271,8 +272,32 @@ def mpi_mode(environ: Mapping[str, str] = os.environ) -> str:
     return mode
 
 
-def find_mpicc(mode: str, prefix: str = sys.prefix, path: str | None = None) -> str:
-    """The ``mpicc`` for `mode`: the venv's (pypi) or the first one on PATH outside the venv."""
+def parse_cray_mpich(show: str, environ: Mapping[str, str] = os.environ) -> str:
+    """Cray MPICH's version when `show` (``cc --cray-print-opts=all``) links it, else "".
+
+    Cray's compiler wrappers ``cc``/``CC`` add MPI implicitly when ``cray-mpich`` is loaded; the
+    module sets ``CRAY_MPICH_VERSION`` and the libraries live under ``.../cray/pe/mpich/<ver>/``
+    (HPE Cray Programming Environment docs, "Compiler drivers")."""
+    if not re.search(r"/mpich/|-lmpi_cray|-lmpi_\w+", show):
+        return ""
+    match = re.search(r"/mpich/(\d[\w.]*)/", show)
+    return environ.get("CRAY_MPICH_VERSION") or (match.group(1) if match else "unknown")
+
+
+def is_cray_pe(environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether the HPE Cray Programming Environment is loaded (its modules set these)."""
+    return bool(environ.get("PE_ENV") or environ.get("CRAYPE_VERSION"))
+
+
+def find_mpicc(
+    mode: str,
+    prefix: str = sys.prefix,
+    path: str | None = None,
+    environ: Mapping[str, str] = os.environ,
+) -> str:
+    """The MPI C compiler wrapper for `mode`: the venv's ``mpicc`` (pypi); for a site MPI
+    ``$HPCLAB_MPICC`` if set, else the first ``mpicc`` on PATH outside the venv, else Cray's
+    ``cc`` when the Cray Programming Environment is loaded (Cray has no ``mpicc``)."""
     venv_bin = os.path.join(prefix, "bin")
     if mode == "pypi":
         mpicc = os.path.join(venv_bin, "mpicc")
@@ -284,19 +309,26 @@ def find_mpicc(mode: str, prefix: str = sys.prefix, path: str | None = None) -> 
         return mpicc
     search = os.pathsep.join(
         d
-        for d in (path if path is not None else os.environ.get("PATH", "")).split(os.pathsep)
+        for d in (path if path is not None else environ.get("PATH", "")).split(os.pathsep)
         if d and os.path.realpath(d) != os.path.realpath(venv_bin)
     )
-    mpicc = shutil.which("mpicc", path=search)
+    wanted = environ.get("HPCLAB_MPICC", "")
+    mpicc = shutil.which(wanted, path=search) if wanted else shutil.which("mpicc", path=search)
+    if not mpicc and not wanted and is_cray_pe(environ):
+        mpicc = shutil.which("cc", path=search)
     if not mpicc:
         raise BuildEnvError(
-            "HPCLAB_MPI=system but no mpicc is on PATH; load your site MPI first (e.g. `module load mpich`)."
+            f"HPCLAB_MPI=system but HPCLAB_MPICC={wanted!r} is not an executable on PATH."
+            if wanted
+            else "HPCLAB_MPI=system but no mpicc is on PATH; load your site MPI first (e.g. "
+            "`module load mpich`), or name its C compiler wrapper in HPCLAB_MPICC (Cray: cc)."
         )
     return os.path.abspath(mpicc)
 
 
 def _mpicc_show(mpicc: str) -> str:
-    for flag in ("-show", "--showme"):  # MPICH/Intel MPI, Open MPI
+    # MPICH/Intel MPI, Open MPI, Cray's cc (whose -show is not an option)
+    for flag in ("-show", "--showme", "--cray-print-opts=all"):
         result = _run([mpicc, flag])
         if result.returncode == 0 and result.stdout.strip():
             return result.stdout.strip()
@@ -311,7 +343,11 @@ def read_mpi(mode: str, prefix: str = sys.prefix) -> MPIInfo:
     report = ""
     mpichversion = os.path.join(bindir, "mpichversion")
     ompi_info = os.path.join(bindir, "ompi_info")
-    if os.access(mpichversion, os.X_OK):
+    cray = parse_cray_mpich(show) if is_cray_pe() else ""
+    if cray:
+        report = f"CRAY_MPICH_VERSION={cray}"
+        flavour, version = "cray-mpich", cray
+    elif os.access(mpichversion, os.X_OK):
         report = _run([mpichversion]).stdout
         flavour, version = "mpich", parse_mpichversion(report)
     elif os.access(ompi_info, os.X_OK):
@@ -394,6 +430,10 @@ def cached_wheel(cache_dir: str, env: BuildEnv) -> tuple[str | None, str]:
 
 def check_linkage(env: BuildEnv, ldd: str = "ldd") -> tuple[bool, str]:
     """Whether the installed ``horovod/tensorflow/mpi_lib*.so`` links the expected libmpi."""
+    # Imported here: `setup.sh` runs this script's `requirements` command before hpclab is
+    # installed in the venv (HPCLAB_MPI=system), and that command needs no hpclab module.
+    from hpclab.tools.linkage import horovod_mpi_libs, parse_ldd_libmpi
+
     libs = horovod_mpi_libs()
     if not libs:
         return (

@@ -150,3 +150,16 @@ def test_a_real_world_below_thread_multiple_stops_the_start_with_the_sentence(tm
     )
     with pytest.raises(LabError, match="thread level 'serialized', but Horovod needs"):
         Lab(workers=2, profile=str(toml), runs_dir=tmp_path / "runs", verbose=False)
+
+
+def test_open_mpi_aborting_at_init_under_the_wrong_plugin_is_named():
+    """What Debian's Open MPI 4.1.4 printed under `srun --mpi=pmi2` (tests/slurm/test_openmpi.py
+    runs it for real); the launcher's output is all the lab has of engines that never started."""
+    said = (
+        'The application appears to have been direct launched using "srun",\n'
+        "but OMPI was not built with SLURM's PMI support and therefore cannot\n"
+        "execute. There are several options for building PMI support under\n"
+    )
+    sentence = site_mpi.init_failure(said, "pmi2")
+    assert "srun --mpi=pmi2" in sentence and 'slurm.srun_mpi = "pmix"' in sentence
+    assert site_mpi.init_failure("engine registered", "pmi2") == ""

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from hpclab.cluster import ports, slurm
 from hpclab.cluster.launch import LaunchPlan
+from hpclab.cluster.site_mpi import init_failure
 from hpclab.core.errors import LabError
 
 log = logging.getLogger(__name__)
@@ -185,8 +186,9 @@ class EngineSet:
             except (TimeoutError, ipp.error.TimeoutError):
                 pass
             ended = self._launcher_ended()
-            if ended:
-                raise ipp.error.EngineError(ended)
+            if ended:  # an MPI that aborted at MPI_Init for want of its PMI: name the plugin
+                wrong = init_failure(self.output(), self.plan.srun_mpi)
+                raise LabError(wrong) if wrong else ipp.error.EngineError(ended)
             missed = max((int(n) for n in _MISSED.findall(self.output())), default=0)
             if missed >= SILENT_HEART_MISSES:
                 raise _ControllerSilent(

@@ -117,6 +117,28 @@ def horovod_flavour(prefix: str = sys.prefix) -> str:
     return flavour_of_soname(match.group(1)) if match else ""
 
 
+#: What an MPI prints when srun gave it no PMI it speaks, and the flavour that prints it.
+#: Open MPI 4.1 under --mpi=pmi2 or none: its MPI_Init aborts (ess_slurm's "direct launch"
+#: help text, seen with Debian's Open MPI 4.1.4 and Slurm 22.05 in tests/slurm/test_openmpi.py).
+_INIT_FAILURES = (("openmpi", re.compile(r"OMPI was not built with SLURM's PMI support")),)
+
+
+def init_failure(output: str, srun_mpi: str) -> str:
+    """The sentence for engines whose MPI_Init failed because srun's plugin is not the one
+    their MPI speaks (read from the launcher's output); "" when the output shows no such
+    failure."""
+    for flavour, pattern in _INIT_FAILURES:
+        if pattern.search(output):
+            good = PLUGIN[flavour]
+            return (
+                f"the engines' MPI ({NAMES[flavour]}) could not start under srun "
+                f"--mpi={srun_mpi or 'none'}, since {NAMES[flavour]} needs {good}: set "
+                f'slurm.srun_mpi = "{good}" in the profile, or "auto" to follow the MPI Horovod '
+                "was built with (`srun --mpi=list` shows the site's plugins)."
+            )
+    return ""
+
+
 def plan_facts(srun_mpi: str, local: bool, python: str = "") -> dict[str, str]:
     """What `plan_launch` needs to resolve ``srun_mpi = "auto"`` (the flavour of the engines'
     Horovod, the site's MpiDefault); nothing when the profile names a plugin or engines start
@@ -137,4 +159,5 @@ __all__ = [
     "flavour_of",
     "flavour_of_soname",
     "horovod_flavour",
+    "init_failure",
 ]
