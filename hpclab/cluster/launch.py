@@ -31,7 +31,6 @@ from pathlib import Path
 
 from hpclab.cluster.profiles import Profile
 from hpclab.cluster.site_mpi import default_srun_mpi
-from hpclab.cluster.site_mpi import default_srun_mpi
 from hpclab.core.errors import ConfigError, LabError
 
 # The controller's heartbeat (ipyparallel's HeartMonitor.period, 3000 ms by default): a new engine
@@ -70,7 +69,6 @@ class LaunchPlan:
     controller_location: str = ""
     controller_args: tuple[str, ...] = ()
     job_name: str = ""  # Slurm step/job name, used to find and cancel it
-    srun_mpi: str = ""  # modes srun, sbatch: the srun --mpi= plugin
     srun_mpi: str = ""  # modes srun, sbatch: the srun --mpi= plugin
     registration_timeout_s: float = LOCAL_REGISTRATION_S
     queue_timeout_s: float = 0.0  # mode sbatch only
