@@ -90,7 +90,6 @@ def test_a_model_of_your_own_trains_on_streamed_tfrecords_and_failures_are_sente
     with Lab(workers=2, runs_dir=tmp_path / "runs", verbose=False) as lab:
         run = lab.run(cfg)
         summary = run.wait(timeout=300)
-        auto = lab.run(cfg.replace(input="auto", stage="local")).wait(timeout=300)
         garbled = lab.run(cfg.replace(dataset=str(short)))
         garbled.wait(timeout=300, check=False)  # (every rank fails together: engines live on)
         with pytest.raises(ConfigError, match="module 'no_such_package.models' cannot be"):
@@ -109,11 +108,8 @@ def test_a_model_of_your_own_trains_on_streamed_tfrecords_and_failures_are_sente
     )
     # the input part is the wait for the pipeline: non-zero, within a few times the batch time
     # the pipeline takes on its own (prefetch hides part of it behind compute; 2 busy cores
-    # stretch both), and above the resident input's (a gather in memory)
+    # stretch both). (Resident vs streamed and staging: notebook 07's claims.)
     assert 0 < split["input_ms"] < 5 * info["probe_s_per_batch"] * 1e3 + 1.0, (split, info)
-    assert auto["input_pipeline"]["mode"] == "resident"  # the auto rule: 1 MB fits
-    assert auto["input_pipeline"]["stage"]["seconds"] >= 0
-    assert auto["time_split"]["input_ms"] < split["input_ms"]
     assert broken.status == "failed"
     assert "rank 1 raised" in broken.error and "cannot be built on rank 1" in broken.error
     assert garbled.status == "failed"

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import struct
 from pathlib import Path
 
 import numpy as np
@@ -30,23 +31,44 @@ def signals(n: int, length: int, rng: np.random.Generator) -> tuple[np.ndarray, 
     return x.astype(np.float32), y
 
 
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b, n = n & 0x7F, n >> 7
+        out.append(b | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def _field(number: int, payload: bytes) -> bytes:
+    """A length-delimited protobuf field (wire type 2)."""
+    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+
+
+def example(x: np.ndarray, y: int) -> bytes:
+    """A serialized ``tf.train.Example`` {x: bytes_list [raw x], y: int64_list [y]}, written by
+    hand from example.proto / feature.proto (Features = 1: map<string, Feature>; Feature:
+    bytes_list = 1, int64_list = 3), so making data needs no TensorFlow."""
+    fx = _field(1, _field(1, x.tobytes()))  # Feature.bytes_list{value}
+    fy = _field(3, _field(1, _varint(int(y))))  # Feature.int64_list{packed value}
+    entries = b"".join(
+        _field(1, _field(1, key) + _field(2, feature)) for key, feature in ((b"x", fx), (b"y", fy))
+    )
+    return _field(1, entries)  # Example.features
+
+
 def _write(path: Path, fmt: str, x: np.ndarray, y: np.ndarray) -> None:
     if fmt == "npz":
         np.savez(path, x=x, y=y)
         return
-    import tensorflow as tf
+    from hpclab.core.filedata import masked_crc32c  # TFRecord framing (record_writer.cc)
 
-    with tf.io.TFRecordWriter(str(path)) as w:
+    with open(path, "wb") as f:
         for xi, yi in zip(x, y):
-            ex = tf.train.Example(
-                features=tf.train.Features(
-                    feature={
-                        "x": tf.train.Feature(bytes_list=tf.train.BytesList(value=[xi.tobytes()])),
-                        "y": tf.train.Feature(int64_list=tf.train.Int64List(value=[int(yi)])),
-                    }
-                )
-            )
-            w.write(ex.SerializeToString())
+            data = example(xi, yi)
+            head = struct.pack("<Q", len(data))
+            f.write(head + struct.pack("<I", masked_crc32c(head)))
+            f.write(data + struct.pack("<I", masked_crc32c(data)))
 
 
 def make(
