@@ -7,7 +7,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_FAST := -m "not mpi and not notebook and not browser and not slurm and not hub and not slow"
 
-.PHONY: help setup lint test check demo lab strip kernel bench lock clean distclean
+.PHONY: help setup lint test check demo lab strip kernel gpu-build bench lock clean distclean
 
 help: ## show this help
 	@echo "hpclab make targets:"
@@ -50,6 +50,9 @@ kernel: setup ## install the Jupyter kernel "Python (hpclab)" (KERNEL_PREFIX, KE
 	$(PY) scripts/install_kernel.py \
 	  $(if $(filter sys,$(KERNEL_PREFIX)),--sys-prefix,$(if $(KERNEL_PREFIX),--prefix "$(KERNEL_PREFIX)")) \
 	  $(foreach e,$(KERNEL_ENV),--env "$(e)") $(if $(KERNEL_SETUP),--setup "$(KERNEL_SETUP)")
+
+gpu-build: ## GPU stack in .venv-gpu: tensorflow[and-cuda], NCCL, Horovod with NCCL (needs CUDA 12.x; not in `make test`)
+	@scripts/gpu_build.sh
 
 bench: setup ## throughput benchmarks
 	$(PY) benchmarks/run.py

@@ -83,6 +83,10 @@ class BuildEnv:
     platform: str  # sysconfig platform, e.g. "linux-x86_64"
     mpi: MPIInfo
     gpu_operations: str = ""  # HOROVOD_GPU_OPERATIONS of the build: "" (CPU only) or "NCCL"
+    # GPU builds only (scripts/gpu_toolkit.py): CUDA "12.2", NCCL "2.16.5", compute caps "70,80,90".
+    cuda: str = ""
+    nccl: str = ""
+    cuda_cc: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able dict."""
@@ -172,6 +176,8 @@ def wheel_cache_key(env: BuildEnv) -> str:
     if mpi.mode == "system":
         mpi_part = f"system-{mpi_part}-{mpi.fingerprint[:10]}"
     gpu_part = f"-{env.gpu_operations.lower()}" if env.gpu_operations else ""
+    if env.gpu_operations and env.cuda:  # a wheel is only right for its CUDA, NCCL and GPU archs
+        gpu_part = f"-nccl{_safe(env.nccl)}-cuda{_safe(env.cuda)}-sm{env.cuda_cc.replace(',', '.')}"
     return (
         f"horovod{_safe(env.horovod)}-tf{_safe(env.tensorflow)}-{mpi_part}{gpu_part}"
         f"-{env.python_tag}"
@@ -190,8 +196,12 @@ _COMPARED = (
     (("mpi", "libmpi"), "MPI library path"),
     (("mpi", "fingerprint"), "MPI fingerprint (mpicc -show and version report)"),
     (("gpu_operations",), "GPU operations (HOROVOD_GPU_OPERATIONS)"),
+    (("cuda",), "CUDA version"),
+    (("nccl",), "NCCL version"),
+    (("cuda_cc",), "CUDA compute capabilities (HOROVOD_BUILD_CUDA_CC_LIST)"),
 )
-_OPTIONAL = {("gpu_operations",): ""}  # absent from older build.json files: their default
+# Absent from older build.json files: their default.
+_OPTIONAL = {("gpu_operations",): "", ("cuda",): "", ("nccl",): "", ("cuda_cc",): ""}
 
 
 def wheel_matches(meta: Mapping[str, Any], env: BuildEnv) -> tuple[bool, str]:
@@ -391,6 +401,7 @@ def read_env(environ: Mapping[str, str] = os.environ) -> BuildEnv:
         platform=sysconfig.get_platform(),
         mpi=read_mpi(mpi_mode(environ)),
         gpu_operations=gpu_operations(environ),
+        **gpu_toolkit(environ),
     )
 
 
@@ -400,6 +411,17 @@ def gpu_operations(environ: Mapping[str, str] = os.environ) -> str:
     if ops not in ("", "NCCL"):
         raise BuildEnvError(f"HPCLAB_GPU_OPS must be empty or NCCL; it is {ops!r}.")
     return ops
+
+
+def gpu_toolkit(environ: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """CUDA, NCCL and compute capabilities of a GPU build, as scripts/gpu_toolkit.py found them."""
+    if not gpu_operations(environ) or not environ.get("HPCLAB_CUDA_VERSION"):
+        return {}
+    return {
+        "cuda": environ["HPCLAB_CUDA_VERSION"],
+        "nccl": environ.get("HPCLAB_NCCL_VERSION", ""),
+        "cuda_cc": environ.get("HOROVOD_BUILD_CUDA_CC_LIST", ""),
+    }
 
 
 # ----------------------------------------------------------------------------------------------

@@ -24,8 +24,10 @@
 #   HPCLAB_GPU=nccl     force it; HPCLAB_GPU=none never. A GPU build swaps tensorflow-cpu for
 #                       `tensorflow[and-cuda]==2.15.1` (CUDA 12.2 / cuDNN 8.9 from PyPI) and compiles
 #                       Horovod with HOROVOD_GPU_OPERATIONS=NCCL (Horovod's GPU install docs); the
-#                       wheel cache key ends in -nccl. NOTE: written to those docs, never run here:
-#                       the project's test machines have no GPU.
+#                       wheel cache key names NCCL, CUDA and the compute capabilities
+#                       (-nccl2.16.5-cuda12.2-sm70.75...). It needs a CUDA 12.x toolkit (found by
+#                       scripts/gpu_toolkit.py; HPCLAB_CUDA_HOME, HOROVOD_BUILD_CUDA_CC_LIST). `make
+#                       gpu-build` runs it into .venv-gpu (docs/cluster.md says what was checked).
 #   HPCLAB_VENV         the virtual environment to set up (default .venv; `make VENV=... setup`).
 #   HPCLAB_WHEEL_CACHE  per-user folder of compiled Horovod wheels, one sub-folder per cache key
 #                       (default ~/.cache/hpclab/wheels; "none" = only the checkout's .cache/wheels).
@@ -134,10 +136,13 @@ else
       --no-deps "mpi4py" -c requirements/lock.txt
   fi
   if [[ -n "$GPU_OPS" ]]; then
-    # The same TensorFlow 2.15.1 with its CUDA 12.2 / cuDNN 8.9 wheels instead of the CPU build.
+    # The same TensorFlow 2.15.1 with its CUDA 12.2 / cuDNN 8.9 / NCCL wheels instead of the CPU
+    # build. Both distributions own site-packages/tensorflow: removing tensorflow-cpu deletes files
+    # the GPU one shares, so the GPU one is reinstalled whole after it.
     echo "    GPU build: tensorflow[and-cuda]==2.15.1 instead of tensorflow-cpu"
-    "$PY" -m pip uninstall --yes tensorflow-cpu
+    if "$PY" -m pip show --quiet tensorflow-cpu 2>/dev/null; then "$PY" -m pip uninstall --yes tensorflow-cpu; fi
     "$PY" -m pip install "tensorflow[and-cuda]==2.15.1" -c requirements/lock.txt
+    "$PY" -m pip install --force-reinstall --no-deps "tensorflow==2.15.1"
   fi
   "$PY" -m pip install --quiet --no-deps --no-build-isolation -e .
   echo "$MPI_MODE" > "$VENV/hpclab-mpi-mode"
@@ -147,6 +152,19 @@ stage_done deps
 
 # ---------------------------------------------------------------------------------------------
 stage "horovod: Horovod $HOROVOD_VERSION with TensorFlow, MPI and Gloo"
+if [[ -n "$GPU_OPS" ]]; then
+  # A GPU build needs a CUDA 12.x toolkit (PyPI has no CUDA 12 nvcc), NCCL (from the
+  # nvidia-nccl-cu12 wheel, with a private libnccl.so link) and the compute capabilities:
+  # scripts/gpu_toolkit.py finds them or refuses with one sentence; the cache key includes all three.
+  SITE="$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+  GPU_PLAN="$("$PY" scripts/gpu_toolkit.py plan --site-packages "$SITE" --dest "$VENV/hpclab-gpu")" \
+    || die "the GPU build cannot go on (the sentence above says why)."
+  eval "$GPU_PLAN"
+  # nvcc is looked up on PATH first by Horovod's build_utils.py; libnccl.so.2 is found at run
+  # time through the wheel's folder (horovod/tensorflow/*.so -> site-packages/nvidia/nccl/lib).
+  export PATH="$HOROVOD_CUDA_HOME/bin:$PATH" LDFLAGS="-Wl,-rpath,\$ORIGIN/../../nvidia/nccl/lib ${LDFLAGS:-}"
+  echo "    GPU build: CUDA $HPCLAB_CUDA_VERSION ($HPCLAB_CUDA_SOURCE), NCCL $HPCLAB_NCCL_VERSION, compute capabilities $HOROVOD_BUILD_CUDA_CC_LIST"
+fi
 build() { "$PY" scripts/horovod_cache.py "$@"; }
 
 build_horovod() {  # build_horovod KEY DIR: compile the wheel into DIR with its build.json
