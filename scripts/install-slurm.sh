@@ -7,12 +7,13 @@
 # No daemon is started here and no /etc file is edited: tests/slurm/cluster.py writes its own
 # slurm.conf and munge key under a temp dir and starts munged/slurmctld/slurmd itself.
 # --no-install-recommends keeps out slurm-wlm-plugins (mysql, hdf5, ...); sudo is for the
-# JupyterHub test (batchspawner's default exec_prefix is `sudo -E -u {username}`).
+# JupyterHub test (batchspawner's default exec_prefix is `sudo -E -u {username}`); nftables and
+# iproute2 for the multi-host test (tests/test_multihost.py: namespaces, a bridge, a firewall).
 set -euo pipefail
 
 if command -v slurmctld >/dev/null && command -v slurmd >/dev/null \
    && command -v srun >/dev/null && command -v munged >/dev/null \
-   && command -v sudo >/dev/null; then
+   && command -v sudo >/dev/null && command -v nft >/dev/null && command -v ip >/dev/null; then
   echo "==> [slurm] $(slurmctld -V 2>/dev/null || echo slurm) and munge already installed"
   exit 0
 fi
@@ -28,7 +29,7 @@ if ! command -v apt-get >/dev/null; then
   exit 0
 fi
 export DEBIAN_FRONTEND=noninteractive
-PKGS=(slurmctld slurmd slurm-client munge sudo)
+PKGS=(slurmctld slurmd slurm-client munge sudo nftables iproute2)
 # The package lists here may be stale or lack -updates/-security: refresh them unless every
 # package already has an install candidate.
 if ! apt-get install -s -q --no-install-recommends "${PKGS[@]}" >/dev/null 2>&1; then

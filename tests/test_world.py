@@ -39,3 +39,15 @@ def test_fewer_cpus_than_threads_is_a_warning_naming_c():
     errors, warnings = check_world([ident(0, 2, cpus=1), ident(1, 2, cpus=4)], 2, 4, "srun")
     assert not errors and len(warnings) == 1
     assert "1 rank(s) may use only 1 CPU(s) for 4 threads" in warnings[0] and "-c" in warnings[0]
+
+
+def test_an_engine_without_the_state_folder_is_named_with_the_shared_file_system():
+    """ipyparallel's engine quits at once when its profile folder (the lab's state folder) is
+    missing on its node; the launcher's output then gives the sentence (tests/test_multihost.py
+    shows it for real on a namespace host with a private runs folder)."""
+    from hpclab.cluster.world import missing_state_folder
+
+    said = "[IPEngine] CRITICAL | Profile directory '/scratch/u/runs/.state/ipp-1-a' not found.\n"
+    sentence = missing_state_folder("2026 [IPEngine] Loading connection info\n" + said)
+    assert "/scratch/u/runs/.state/ipp-1-a" in sentence and "every node shares" in sentence
+    assert missing_state_folder("[IPEngine] Completed registration with id 0") == ""

@@ -20,7 +20,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from hpclab.cluster import ports, slurm
+from hpclab.cluster import ports, slurm, world
 from hpclab.cluster.launch import LaunchPlan
 from hpclab.cluster.site_mpi import init_failure
 from hpclab.core.errors import LabError
@@ -185,6 +185,9 @@ class EngineSet:
                 return
             except (TimeoutError, ipp.error.TimeoutError):
                 pass
+            unshared = world.missing_state_folder(self.output())  # such an engine quits at once
+            if unshared:
+                raise LabError(unshared)
             ended = self._launcher_ended()
             if ended:  # an MPI that aborted at MPI_Init for want of its PMI: name the plugin
                 wrong = init_failure(self.output(), self.plan.srun_mpi)

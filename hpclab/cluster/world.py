@@ -12,6 +12,8 @@ srun without `-c` gives each engine one CPU (ipyparallel #906).
 
 from __future__ import annotations
 
+import re
+
 from hpclab.cluster.site_mpi import NAMES, PLUGIN, family, flavour_of
 
 
@@ -102,4 +104,21 @@ def check_world(
     return errors, warnings
 
 
-__all__ = ["check_world"]
+_NO_PROFILE_DIR = re.compile(r"Profile directory '([^']+)' not found")
+
+
+def missing_state_folder(output: str) -> str:
+    """The sentence for an engine that quit because it could not find the lab's state folder
+    (ipyparallel's profile folder, under the runs folder unless `paths.state` moves it): its
+    node does not share this host's file system there. '' if the launcher's output shows none."""
+    found = _NO_PROFILE_DIR.search(output)
+    if not found:
+        return ""
+    return (
+        f"an engine could not find the lab's state folder {found.group(1)}, so its node does not "
+        "see this host's files there; put the runs folder (HPCLAB_RUNS or the profile's "
+        "paths.runs) and the profile's paths.state on a file system every node shares."
+    )
+
+
+__all__ = ["check_world", "missing_state_folder"]
