@@ -31,6 +31,7 @@ from hpclab.cluster.profiles import Profile
 from hpclab.cluster.resume import prepare as prepare_resume
 from hpclab.cluster.run import Run
 from hpclab.cluster.world import check_world
+from hpclab.core import devices
 from hpclab.core.catalog import check_user_model
 from hpclab.core.config import RunConfig
 from hpclab.core.engine_settings import EngineSettings
@@ -59,7 +60,9 @@ class Lab:
     queue state while a Slurm job waits). `lab.ranks` maps rank -> engine id, pid, host, node,
     and its resident memory at start (`rss_mib`, `peak_rss_mib`). `idle_stop_s=` stops the
     engines after that many idle seconds (an idle engine spins: hpclab.cluster.idle); the next
-    run or `apply` starts them again.
+    run or `apply` starts them again. `gpus=` says the ranks must have GPUs (None: when the
+    profile's node.gpus asks for them): a rank that sees none fails the start with a sentence
+    naming it; each rank's GPU (index, uuid, name) is in `lab.ranks` (hpclab.core.devices).
 
     What Horovod reads once, at ``hvd.init()``, is the lab's, not a run's:
     ``engine_settings=EngineSettings(cycle_time_ms=..., fusion_mb=...)``
@@ -86,6 +89,7 @@ class Lab:
         groups: int = 1,
         engine_settings: EngineSettings | None = None,
         idle_stop_s: float | None = None,
+        gpus: int | None = None,
         verbose: bool = True,
     ):
         check_args(workers, launcher, threads_per_worker, start_timeout, nodes, mpiexec, groups)
@@ -98,6 +102,8 @@ class Lab:
         profiles.check_login_node(self.profile, self.profile_reason, launcher)  # before any start
         self.workers = workers
         self.nodes = nodes
+        # GPUs the ranks expect (None: the profile's node.gpus): a rank that sees none fails the start
+        self.gpus = self.profile.node.gpus if gpus is None else devices.check_gpus_arg(gpus)
         self.threads_per_worker = threads_per_worker
         self.start_timeout = start_timeout
         default_runs, default_data = profiles.folders(self.profile)
@@ -199,6 +205,8 @@ class Lab:
         errors, warnings = check_world(
             identities, self.workers, plan.threads, plan.mode, plan.srun_mpi, plan.engine_env
         )
+        gpu_errors, gpu_warnings = devices.check_gpus(identities, expected=self.gpus > 0)
+        errors, warnings = errors + gpu_errors, warnings + gpu_warnings
         if errors:
             self.stop()
             raise LabError(" ".join(errors))

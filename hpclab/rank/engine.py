@@ -43,13 +43,12 @@ def init_worker(threads: int = 1, probe: tuple[str, str] | None = None) -> dict:
 
     hvd.init(process_sets=groups.at_init(hvd, MPI.COMM_WORLD.Get_size()))
     t2 = time.perf_counter()
-    # Horovod: pin one GPU per process by local rank (GPU path follows the TF/Horovod docs; the
-    # test machines have no GPU, so this branch is exercised only on clusters).
-    gpus = tf.config.list_physical_devices("GPU")
-    for gpu in gpus:
-        tf.config.experimental.set_memory_growth(gpu, True)
-    if gpus:
-        tf.config.set_visible_devices(gpus[hvd.local_rank() % len(gpus)], "GPU")
+    # Horovod: pin one GPU per process (hpclab.core.devices says which for each Slurm binding);
+    # its index, UUID and name go into lab.ranks, and the client refuses a rank without one
+    # when GPUs were asked for, or two ranks on one GPU under NCCL.
+    from hpclab.rank.gpu import pin_gpu
+
+    gpu = pin_gpu(tf, hvd)
     identity = {
         "rank": hvd.rank(),
         "size": hvd.size(),
@@ -57,7 +56,7 @@ def init_worker(threads: int = 1, probe: tuple[str, str] | None = None) -> dict:
         "pid": os.getpid(),
         "host": platform.node(),
         "threads": threads,
-        "gpus": len(gpus),
+        **gpu,  # gpus (seen), gpu (index, uuid, name; {} on CPU), gpu_binding, tf_cuda, horovod_nccl
         "cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 0,
         # where Slurm put this rank (absent outside Slurm); recorded in lab.ranks and config.json
         "node": os.environ.get("SLURMD_NODENAME", ""),

@@ -1,0 +1,179 @@
+"""Which GPU each rank uses, and the checks that no rank trains on the wrong device in silence.
+
+Pure functions (no TensorFlow): `hpclab.rank.engine.init_worker` asks :func:`pick_gpu` which of
+the GPUs TensorFlow lists this rank pins, and :func:`gpu_identity` what that GPU is; the client
+checks every rank's answer with :func:`check_gpus` before the lab is ready.
+
+How Slurm hands out GPUs decides what a rank sees (Slurm ``srun``/``sbatch`` manuals:
+``--gpus-per-task``, ``--gpus-per-node``, ``--gpu-bind``; ``SLURM_LOCALID``):
+
+- ``--gpus-per-node=G --gpu-bind=none`` (profile ``gpu_binding = "local_rank"``): every rank of
+  a node sees all G GPUs and takes the one at its local rank (Horovod's examples:
+  ``gpus[hvd.local_rank()]``).
+- ``--gpus-per-task=1`` (``"per_task"``) or ``--gpu-bind=single:1``/``map_gpu``: Slurm sets
+  ``CUDA_VISIBLE_DEVICES`` per task, so each rank sees one GPU and takes index 0.
+- Fewer visible GPUs than ranks on a node: ``local_rank % n`` would put two ranks on one GPU.
+  With an NCCL build that fails inside NCCL ("Duplicate GPU detected", Horovod issues #3929 and
+  #3949), so it is refused here before any run; with MPI/Gloo GPU operations it is a warning.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from hpclab.core.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class GpuChoice:
+    """The GPU a rank pins: ``index`` into the GPUs TensorFlow lists (None: none), and why."""
+
+    index: int | None
+    how: str  # "none", "local_rank", "per_task", "shared"
+
+
+def visible_devices(environ: Mapping[str, str]) -> list[str] | None:
+    """``CUDA_VISIBLE_DEVICES`` as a list of ids (indices, ``GPU-...`` UUIDs or ``MIG-...``);
+    None when it is unset (all GPUs visible), [] when it is set empty or to ``-1`` (none)."""
+    raw = environ.get("CUDA_VISIBLE_DEVICES")
+    if raw is None:
+        return None
+    ids = [part.strip() for part in raw.split(",") if part.strip()]
+    # CUDA stops at the first invalid entry; "-1" is the documented way to hide every GPU
+    out = []
+    for part in ids:
+        if part.startswith("-"):
+            break
+        out.append(part)
+    return out
+
+
+def local_rank_of(horovod_local_rank: int, environ: Mapping[str, str]) -> int:
+    """This rank's index on its node: Slurm's ``SLURM_LOCALID`` when srun set it (it is what
+    Slurm bound GPUs by), else Horovod's local rank (mpiexec)."""
+    value = environ.get("SLURM_LOCALID", "")
+    return int(value) if value.isdigit() else horovod_local_rank
+
+
+def pick_gpu(
+    local_rank: int, local_size: int, n_visible: int, environ: Mapping[str, str]
+) -> GpuChoice:
+    """Which of the `n_visible` GPUs (as TensorFlow lists them) the rank at `local_rank` of
+    `local_size` ranks on its node pins; see the module docstring for the binding modes."""
+    if n_visible <= 0:
+        return GpuChoice(None, "none")
+    bound = environ.get("SLURM_GPUS_PER_TASK") or "single" in environ.get("SLURM_GPU_BIND", "")
+    if n_visible == 1 and (bound or local_size == 1):
+        return GpuChoice(0, "per_task")  # Slurm gave this task its own GPU (or one rank here)
+    if n_visible >= local_size:
+        return GpuChoice(local_rank, "local_rank")
+    return GpuChoice(local_rank % n_visible, "shared")
+
+
+def gpu_identity(
+    choice: GpuChoice,
+    environ: Mapping[str, str],
+    smi_rows: Sequence[Mapping[str, str]],
+    tf_name: str = "",
+) -> dict:
+    """{"index", "uuid", "name"} of the chosen GPU ({} on CPU). `smi_rows` are
+    ``nvidia-smi --query-gpu=index,uuid,name`` rows (may be empty); `tf_name` is the name
+    TensorFlow reports, used when nvidia-smi is missing. The index is the node's (physical) one:
+    TensorFlow's index counts only the ``CUDA_VISIBLE_DEVICES`` it was given."""
+    if choice.index is None:
+        return {}
+    visible = visible_devices(environ)
+    physical = (
+        visible[choice.index] if visible and choice.index < len(visible) else str(choice.index)
+    )
+    row = next(
+        (r for r in smi_rows if physical in (r.get("index"), r.get("uuid"))),
+        None,
+    )
+    if row is None:
+        return {
+            "index": physical,
+            "uuid": physical if physical.startswith(("GPU-", "MIG-")) else "",
+            "name": tf_name,
+        }
+    return {
+        "index": row.get("index", physical),
+        "uuid": row.get("uuid", ""),
+        "name": row.get("name") or tf_name,
+    }
+
+
+def parse_smi(text: str) -> list[dict]:
+    """Rows of ``nvidia-smi --query-gpu=index,uuid,name --format=csv,noheader``."""
+    rows = []
+    for line in text.splitlines():
+        parts = [p.strip() for p in line.split(",", 2)]
+        if len(parts) == 3 and parts[0].isdigit():
+            rows.append({"index": parts[0], "uuid": parts[1], "name": parts[2]})
+    return rows
+
+
+def check_gpus_arg(gpus) -> int:
+    """`Lab(gpus=...)` checked: an integer from 0 to 64 (GPUs per node the ranks expect)."""
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or not 0 <= gpus <= 64:
+        raise ConfigError(
+            f"Lab.gpus must be an integer from 0 (CPU) to 64, or None for the profile's node.gpus; "
+            f"you passed gpus={gpus!r}."
+        )
+    return gpus
+
+
+def check_gpus(identities: Sequence[Mapping], expected: bool) -> tuple[list[str], list[str]]:
+    """(errors, warnings) about the ranks' GPUs, from what each rank reported at start.
+
+    `expected`: the lab was asked for GPUs (``Lab(gpus=...)`` or the profile's ``node.gpus``);
+    then a rank that sees none is an error naming it and what it sees. Two ranks on one GPU
+    (same host and GPU) are an error under an NCCL build of Horovod and a warning otherwise."""
+    errors: list[str] = []
+    warnings: list[str] = []
+    if expected:
+        for ident in identities:
+            if ident.get("gpu"):
+                continue
+            sees = ident.get("gpus", 0)
+            errors.append(
+                f"rank {ident['rank']} on {ident.get('node') or ident.get('host', '?')} was to use a GPU "
+                f"but sees {sees} (TensorFlow built with CUDA: {ident.get('tf_cuda', False)}, "
+                f"CUDA_VISIBLE_DEVICES={ident.get('visible_gpus', '')!r}); install the GPU stack "
+                "(`make gpu-build`) and request GPUs for the ranks (the profile's node.gpus), or "
+                "pass Lab(gpus=0) to train on CPU."
+            )
+    by_gpu: dict[tuple, list[int]] = {}
+    for ident in identities:
+        gpu = ident.get("gpu") or {}
+        if gpu:
+            key = (ident.get("host", ""), gpu.get("uuid") or gpu.get("index"))
+            by_gpu.setdefault(key, []).append(ident["rank"])
+    for (host, gpu_id), ranks in sorted(by_gpu.items()):
+        if len(ranks) < 2:
+            continue
+        nccl = any(ident.get("horovod_nccl", False) for ident in identities)
+        text = f"ranks {sorted(ranks)} on {host} share GPU {gpu_id}"
+        if nccl:
+            errors.append(
+                f'{text}, which NCCL refuses ("Duplicate GPU detected"); give each rank its own GPU '
+                '(node.gpus >= ranks per node, or node.gpu_binding = "per_task") or start fewer ranks per node.'
+            )
+        else:
+            warnings.append(
+                f"{text}; they will take turns on it (one GPU per rank is the usual layout)."
+            )
+    return errors, warnings
+
+
+__all__ = [
+    "GpuChoice",
+    "check_gpus",
+    "check_gpus_arg",
+    "gpu_identity",
+    "local_rank_of",
+    "parse_smi",
+    "pick_gpu",
+    "visible_devices",
+]
