@@ -1,8 +1,11 @@
 """Checkpoints and resume (hpclab.rank.checkpoint, hpclab.cluster.resume).
 
-Unit tests write and read checkpoints and check a resume's refusals without engines; the MPI
-test stops a real 2-rank run after its first checkpoint, resumes it, and compares its final
-weights with an uninterrupted run of the same seed, bit for bit.
+Unit tests write and read checkpoints and check a resume's refusals and rescale rules without
+engines; the MPI test stops a real 2-rank run after its first checkpoint, resumes it, and
+compares its final weights with an uninterrupted run of the same seed, bit for bit. A run that
+loses a rank and resumes on one worker by a rule is notebook 11's, checked by its claim
+(tests/test_notebooks.py, _claim_11: the rule's batch and LR, recorded); a SIGUSR1 under Slurm
+and the follow-up job, tests/slurm/test_resume_job.py.
 """
 
 from __future__ import annotations
@@ -239,42 +242,3 @@ def test_hpclab_run_resume_refuses_a_finished_run_before_any_engine(tmp_path, ca
     code = cli.main(["run", "--resume", done.name, "--runs-dir", str(tmp_path), "--no-progress"])
     assert code == 2
     assert f"run {done.name} ended finished" in capsys.readouterr().err
-
-
-@pytest.mark.mpi
-@pytest.mark.slow
-def test_a_run_that_lost_a_rank_resumes_on_one_worker_by_the_rule(lab):
-    import os
-    import signal
-
-    from hpclab.core.errors import RunFailed
-
-    every = 20
-    cfg = RunConfig(num_samples=8192, epochs=3, checkpoint_every=every, seed=5)
-    run = lab.run(cfg)
-    past = threading.Event()
-    run.on_update(lambda r: r.last_row is not None and r.last_row["step"] > every and past.set())
-    assert past.wait(120), "no history row past the first checkpoint arrived"
-    os.kill(lab.ranks[1]["pid"], signal.SIGKILL)  # a lost rank
-    with pytest.raises(RunFailed):
-        run.wait(60)
-    from_step = checkpoint.read_meta(checkpoint.latest(run.path))["step"]
-    try:
-        lab.restart(workers=1)  # the ranks it has
-        end = lab.run(resume=run, rescale="keep_per_rank_batch").wait(300)
-    finally:
-        lab.restart(workers=2)
-    one, two = cfg.for_workers(1), cfg.for_workers(2)
-    assert end["status"] == "finished" and end["steps"] == one.total_steps
-    rule = end["resumed"][-1]["rescale"]
-    assert rule["rule"] == "keep_per_rank_batch" and rule["workers"] == [2, 1]
-    assert rule["global_batch"] == [two.global_batch, one.global_batch]
-    assert rule["peak_lr"] == [two.peak_lr, one.peak_lr]
-    start = from_step * two.global_batch // one.global_batch
-    assert end["start_step"] == start == rule["start_step"]
-    record = load_run(run.path)
-    assert record.workers == 1 and record.meta["derived"]["peak_lr"] == one.peak_lr
-    after = record.history[record.history["step"] > start]
-    assert len(after) and np.allclose(
-        after["lr"], [one.lr_at(s - 1) for s in after["step"]], rtol=1e-5
-    )
