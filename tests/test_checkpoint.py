@@ -180,6 +180,31 @@ def test_a_resume_on_other_workers_needs_a_rule_and_records_it(tmp_path, caplog)
         resume.prepare(path, None, 1, tmp_path, "half")
 
 
+def test_a_resume_falls_back_past_a_damaged_newest_checkpoint_with_a_warning(tmp_path, caplog):
+    path = _recorded(tmp_path, "stopped")  # a checkpoint at step 20
+    checkpoint.write(path, 40, _values(2), {"model": CFG.model})
+    newest = checkpoint.listed(path)[-1]
+    newest.write_bytes(newest.read_bytes()[:100])  # a walltime kill mid-copy, say
+    with caplog.at_level(logging.WARNING, logger="hpclab.rank.checkpoint"):
+        checked = resume.prepare(path, None, 2, tmp_path)
+    assert checked.from_step == 20 and checked.checkpoint.name == checkpoint.name(20)
+    assert any(newest.name in r.getMessage() for r in caplog.records)
+
+
+def test_hpclab_run_resume_on_other_workers_refuses_a_rule_that_cannot_hold(tmp_path, capsys):
+    from hpclab.tools import cli
+
+    path = _recorded(tmp_path, "failed")
+    argv = ["run", "--resume", str(path), "--workers", "3", "--no-progress"]
+    assert cli.main([*argv, "--runs-dir", str(tmp_path)]) == 2
+    assert "choose rescale= one of keep_global_batch, keep_per_rank_batch" in (
+        capsys.readouterr().err
+    )
+    rule = ["--rescale", "keep_global_batch", "--runs-dir", str(tmp_path)]
+    assert cli.main([*argv, *rule]) == 2
+    assert "global batch 128 to split evenly over 3 workers" in capsys.readouterr().err
+
+
 # -- real ranks --------------------------------------------------------------------------------
 
 
