@@ -190,31 +190,70 @@ def test_a_mistake_is_one_sentence_and_exit_2(folder, capsys, argv, words):
 # ---------------------------------------------------------------------------------------------
 
 
-def test_hub_snippet_has_the_profiles_shape_and_runs_as_hub_config(folder, capsys):
+def _hub_entry(snippet: str, before: list | None = None):
+    """Run a snippet as jupyterhub_config.py; (the hub's config, ProfilesSpawner.profiles as
+    the hub would load them when it had `before` already)."""
     from traitlets.config import Config
 
+    c = Config()
+    exec(compile(snippet, "jupyterhub_config.py", "exec"), {"c": c})
+    return c, c.ProfilesSpawner.profiles.get_value(list(before or []))
+
+
+def _run_with_memory(runs: Path, run_id: str, peaks: list[float]) -> None:
+    """A run folder whose config.json has `lab.ranks` with these measured peaks (MiB)."""
+    import json
+
+    (runs / run_id).mkdir(parents=True)
+    ranks = [{"rank": i, "peak_rss_mib": p, "rss_mib": p} for i, p in enumerate(peaks)]
+    (runs / run_id / "config.json").write_text(json.dumps({"lab": {"ranks": ranks}}))
+
+
+def test_hub_snippet_adds_a_profile_entry_with_the_shape_and_measured_memory(folder, capsys):
+    from hpclab.tools import hub_snippet as hs
+
+    runs = folder.parent / "runs"
+    _run_with_memory(runs, "20261126-1", [480.0, 470.5])
+    _run_with_memory(runs, "20261126-2", [501.5, 497.0])  # the newest: its figure is used
     code, out, _ = hpclab(capsys, "profiles", "gpu", "--workers", "4", "--hub-snippet")
     assert code == 0
-    c = Config()
-    exec(compile(out, "jupyterhub_config.py", "exec"), {"c": c})
-    s = c.SlurmSpawner
-    assert (s.req_partition, s.req_account, s.req_qos) == ("gpu", "proj1", "high")
-    assert s.req_runtime == "01:00:00"
-    assert s.req_nprocs == "32"  # 4 workers x the profile's 8 threads
-    assert (s.req_ngpus, s.req_gres) == ("4", "gpu:4")
-    assert s.req_options == "--account=proj1 --qos=high --constraint=a100"
-    assert s.req_srun == "srun --ntasks=1 --nodes=1 --overlap"
-    assert c.Spawner.environment == {"HPCLAB_PROFILE": "gpu"}
-    assert s.req_prologue == "module load cray-mpich\nsource /sw/venv/bin/activate"
+    hub_own = ("Local", "local", "jupyterhub.spawner.LocalProcessSpawner", {})
+    c, entries = _hub_entry(out, before=[hub_own])
+    assert "spawner_class" not in c.JupyterHub  # the hub's own class is left alone
+    assert entries[0] == hub_own and len(entries) == 2  # one entry added after the hub's
+    display, key, spawner, s = entries[1]
+    assert (key, spawner) == ("hpclab-gpu", "batchspawner.SlurmSpawner") and "4 engine" in display
+    assert (s["req_partition"], s["req_account"], s["req_qos"]) == ("gpu", "proj1", "high")
+    assert s["req_runtime"] == "01:00:00"
+    assert s["req_nprocs"] == str(4 * 8 + hs.SPARE_CPUS)  # 4 workers x the profile's 8 threads
+    assert s["req_memory"] == f"{hs.job_memory_mib(4, 501.5)}M"
+    assert "501 MiB peak of run 20261126-2" in out or "502 MiB peak of run 20261126-2" in out
+    assert (s["req_ngpus"], s["req_gres"]) == ("4", "gpu:4")
+    assert s["req_options"] == "--account=proj1 --qos=high --constraint=a100"
+    assert s["req_srun"] == "srun --ntasks=1 --nodes=1 --overlap"
+    assert s["environment"] == {"HPCLAB_PROFILE": "gpu"}
+    assert s["req_prologue"] == "module load cray-mpich\nsource /sw/venv/bin/activate"
     batchspawner = pytest.importorskip("batchspawner")
     traits = set(batchspawner.SlurmSpawner.class_trait_names())
     assert set(s) <= traits, set(s) - traits
+    code, out, _ = hpclab(capsys, "profiles", "gpu", "--hub-snippet", "--engine-mib", "2000")
+    assert _hub_entry(out)[1][0][3]["req_memory"] == f"{hs.job_memory_mib(2, 2000)}M"
+
+
+def test_hub_snippet_memory_grows_with_the_engines_and_has_a_default():
+    from hpclab.tools import hub_snippet as hs
+
+    assert hs.job_memory_mib(4, 500) > hs.job_memory_mib(2, 500) >= 2 * 500 + hs.CONTROLLER_MIB
+    assert hs.job_memory_mib(2, 500) % 256 == 0
+    mib, source = hs.engine_memory(None)
+    assert mib == hs.DEFAULT_ENGINE_MIB and "no run" in source
 
 
 def test_hub_snippet_leaves_out_what_the_profile_does_not_set():
     text = cli_profiles.hub_snippet(profile(ALLOC, "alloc"), 2, 3, "alloc")
-    assert 'req_nprocs = "6"' in text and "req_partition" not in text and "req_gres" not in text
-    assert "req_options" not in text and "req_prologue" not in text
+    settings = _hub_entry(text)[1][0][3]
+    assert settings["req_nprocs"] == "7"  # 2 x 3 + the spare CPU
+    assert not {"req_partition", "req_gres", "req_options", "req_prologue"} & set(settings)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 ``hpclab profiles`` lists every profile that resolves by name and marks the one a Lab would use
 now, and why. ``hpclab profiles NAME [--workers N] [--threads-per-worker T] [--nodes K]`` shows
 the resolved profile and its launch plan (an srun profile outside an allocation: as inside one);
-``--hub-snippet`` prints batchspawner ``c.SlurmSpawner`` settings for a JupyterHub job of that
+``--hub-snippet`` prints a JupyterHub choice (hpclab.tools.hub_snippet) for a job of that
 shape, ``--job-script -- run ...`` an ``sbatch`` script running one ``hpclab run``/``sweep``
 (clusters.md §1.3). The texts come from pure functions (:func:`listing`, :func:`plan_summary`,
 :func:`hub_snippet`, :func:`job_script`); only :func:`run` looks at the host and environment.
@@ -12,7 +12,6 @@ shape, ``--job-script -- run ...`` an ``sbatch`` script running one ``hpclab run
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shlex
 import sys
@@ -24,11 +23,9 @@ from hpclab.core.errors import ConfigError
 from hpclab.records import paths
 from hpclab.tools import job_chain
 from hpclab.tools.cli_run import positive_int
+from hpclab.tools.hub_snippet import engine_memory, hub_snippet
 
 DEFAULT_WORKERS = 2
-#: The JupyterLab step of a batchspawner job: one task, and --overlap so the engines' srun step
-#: can use the job's CPUs (batchspawner starts the single-user server as `{req_srun} {cmd}`).
-HUB_SRUN = "srun --ntasks=1 --nodes=1 --overlap"
 FAKE_JOB_ID = "JOBID"
 #: Commands a batch job may run (they start a Lab and take --workers).
 JOB_COMMANDS = ("run", "sweep")
@@ -46,7 +43,8 @@ _OPTIONS = {  # option -> (metavar: a count; None: a flag, one of the two output
     "--workers": ("N", f"engines the plan, snippet or job is for (default {DEFAULT_WORKERS})"),
     "--threads-per-worker": ("T", "threads per engine (default 1; node.threads_per_worker wins)"),
     "--nodes": ("K", "spread the engines over K nodes (default: as Slurm places them)"),
-    "--hub-snippet": (None, "print batchspawner settings for a JupyterHub job of this shape"),
+    "--engine-mib": ("MIB", "--hub-snippet: MiB per engine at start (default: the newest run's)"),
+    "--hub-snippet": (None, "print a JupyterHub (ProfilesSpawner) choice for a job of this shape"),
     "--job-script": (None, "print an sbatch script that runs `hpclab COMMAND ...` given after --"),
 }
 
@@ -65,7 +63,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     then a `--` tail, so everything after NAME arrives in `rest` and :func:`run` parses it."""
     parser.usage = (
         "hpclab profiles [NAME] [--workers N] [--threads-per-worker T] [--nodes K] "
-        "[--hub-snippet | --job-script -- COMMAND ...]"
+        "[--hub-snippet [--engine-mib MIB] | --job-script -- COMMAND ...]"
     )
     parser.add_argument("name", nargs="?", metavar="NAME", help="a profile name or TOML path")
     _add_options(parser)
@@ -149,48 +147,6 @@ def plan_summary(plan: LaunchPlan, engine_cmd: str, extra_notes: tuple[str, ...]
         lines.append(f"  {'submit':<14}{submit}, this script:")
         script = plan.batch_script.format(program_and_args=engine_cmd, output_file=plan.output_file)
         lines += ["    " + line for line in script.splitlines()]
-    return "\n".join(lines)
-
-
-def hub_snippet(profile: Profile, workers: int, threads: int | None, selector: str) -> str:
-    """batchspawner 1.3 settings for a JupyterHub single-user job shaped like `profile` with
-    `workers` engines: one task holding workers x threads CPUs (SlurmSpawner's script turns
-    req_nprocs into --cpus-per-task), JupyterLab as a one-task --overlap step, and
-    HPCLAB_PROFILE=`selector` in the job's environment."""
-    t = profile.node.threads_per_worker or threads or 1
-    s = profile.slurm
-    # SlurmSpawner's default batch_script uses neither {account} nor {qos}: pass them as options
-    options = [f"--{k}={v}" for k, v in (("account", s.account), ("qos", s.qos)) if v]
-    options += list(s.extra_sbatch)
-    lines = [
-        f"# JupyterHub (batchspawner 1.3) single-user job for hpclab profile {profile.name!r}:",
-        f"# {workers} engine(s) x {t} thread(s); from `hpclab profiles {selector} --hub-snippet`.",
-        'c.JupyterHub.spawner_class = "batchspawner.SlurmSpawner"',
-    ]
-    settings = [
-        ("req_partition", s.partition, ""),
-        ("req_account", s.account, "  # also in req_options: the default script ignores it"),
-        ("req_qos", s.qos, "  # also in req_options: the default script ignores it"),
-        ("req_runtime", s.time, ""),
-        ("req_nprocs", str(workers * t), f"  # --cpus-per-task: {workers} x {t} for the engines"),
-    ]
-    if profile.node.gpus:
-        gpus = str(profile.node.gpus)
-        settings += [
-            ("req_ngpus", gpus, "  # for custom scripts; the default one uses req_gres"),
-            ("req_gres", f"gpu:{gpus}", ""),
-        ]
-    settings += [
-        ("req_options", " ".join(options), ""),
-        ("req_srun", HUB_SRUN, "  # JupyterLab: one task; engines use srun --overlap"),
-    ]
-    for trait, value, comment in settings:
-        if value:
-            lines.append(f"c.SlurmSpawner.{trait} = {json.dumps(value)}{comment}")
-    lines.append(f"c.Spawner.environment = {json.dumps({'HPCLAB_PROFILE': selector})}")
-    if profile.environment.setup:
-        setup = "\n".join(profile.environment.setup)
-        lines.append(f"c.SlurmSpawner.req_prologue = {json.dumps(setup)}  # the profile's setup")
     return "\n".join(lines)
 
 
@@ -379,7 +335,11 @@ def run(args: argparse.Namespace) -> int:
     selector = _selector(args.name, profile)
     workers, threads = args.workers, args.threads_per_worker
     if args.hub_snippet:
-        print(hub_snippet(profile, workers or DEFAULT_WORKERS, threads, selector))
+        if args.engine_mib:
+            mib, source = args.engine_mib, "--engine-mib"
+        else:
+            mib, source = engine_memory(profiles.folders(profile)[0])
+        print(hub_snippet(profile, workers or DEFAULT_WORKERS, threads, selector, mib, source))
     elif args.job_script:
         print(job_script(profile, workers, threads, command, nodes=args.nodes, selector=selector))
     else:
