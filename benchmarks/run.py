@@ -27,6 +27,10 @@ Sections (`--only` takes a comma-separated subset; they run in this order):
              horovod_synthetic.py (the logic of Horovod's tensorflow2_synthetic_benchmark.py) at
              the same batch and ranks: img/s per rank mean ± 1.96 σ, the ratio (goal >= 0.95) and
              MFU at 24.6 GFLOP/image against the CPU's FP32 peak from /proc/cpuinfo.
+  files      your own data from TFRecord files, 2 ranks, one model and batch: the engine
+             streaming (tf.data), resident, streaming copies staged to node-local storage, and
+             plain_horovod_files.py (a plain tf.data Horovod script), alternated
+             (benchmarks/files_bench.py).
 
 Every engine run also yields its trace/compile seconds (`trace_s`, `first_call_s` of its summary):
 results["trace"] reports the median over the cnn1d runs after the first on each Lab (goal <= 2 s).
@@ -59,7 +63,7 @@ sys.path.insert(0, str(HERE))
 
 import benchlib as bl  # noqa: E402  (benchmarks/ is not a package)
 
-SECTIONS = ("start", "ab", "telemetry", "horovod", "scaling", "resnet50")
+SECTIONS = ("start", "ab", "telemetry", "horovod", "scaling", "resnet50", "files")
 FIT_SCRIPT = HERE / "plain_horovod_fit.py"
 LOOP_SCRIPT = HERE / "plain_horovod_loop.py"
 SYNTHETIC_SCRIPT = HERE / "horovod_synthetic.py"
@@ -87,6 +91,8 @@ PLANS = {
         "r50_pairs": 2,
         "r50_batches_per_iter": 2,
         "r50_iters": 5,
+        "files_rounds": 3,
+        "files_epochs": 3,
     },
     # quick: a smoke run of every code path (1-2 repeats, short runs), not for the published figures.
     "quick": {
@@ -106,6 +112,8 @@ PLANS = {
         "r50_pairs": 1,
         "r50_batches_per_iter": 1,
         "r50_iters": 3,
+        "files_rounds": 1,
+        "files_epochs": 2,
     },
 }
 
@@ -318,6 +326,7 @@ def engine_run(lab, cfg) -> dict:
         ),
         "rank_cpu_s": cpu,
         "val_accuracy": s.get("val_accuracy"),
+        "input_pipeline": s.get("input_pipeline"),  # a file dataset's reads (section files)
         "loadavg_1min": round(os.getloadavg()[0], 2),
         "versions": s.get("versions"),
     }
@@ -891,6 +900,12 @@ class Suite:
         }
 
     # -- derived from every engine run ------------------------------------------------------------
+    def files(self) -> dict:
+        """Your own data from files: streamed, resident, staged and a plain tf.data script."""
+        import files_bench
+
+        return files_bench.run(self, bl, engine_run, script_run)
+
     def trace(self) -> dict | None:
         """Trace/compile seconds of the engine runs: the goal is on cnn1d runs after the first on
         each Lab (the first pays one-time imports and kernel set-up)."""
@@ -931,6 +946,7 @@ RESULT_KEYS = {
     "horovod": "horovod",
     "scaling": "weak_scaling",
     "resnet50": "resnet50",
+    "files": "files",
 }
 
 

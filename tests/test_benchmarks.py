@@ -375,7 +375,8 @@ def test_run_py_goals_match_the_issue():
     full = bench_run.PLANS["full"]
     assert full["ab_rounds"] >= 5 and full["tel_pairs"] >= 5 and full["start_reps"] >= 3
     assert bench_run.HVD_CYCLES_MS == (0.05, 0.1, 0.5, 1.0, 5.0)
-    assert bench_run.SECTIONS == ("start", "ab", "telemetry", "horovod", "scaling", "resnet50")
+    sections = ("start", "ab", "telemetry", "horovod", "scaling", "resnet50", "files")
+    assert bench_run.SECTIONS == sections
 
 
 def test_goals_summary_lists_every_goal_of_the_sections_run():
