@@ -12,6 +12,13 @@ own ceiling for hpclab's engine (arm C of `make bench`), on the same problem:
   its `hpclab.rank.data.shard`, `steps_per_epoch = RunConfig.for_workers(N).steps_per_epoch`;
 * batch per rank 64, momentum-0.9 SGD at LR 0.05 x global_batch / 64; one intra-op thread per rank.
 
+With ``--input resident --num-groups 1`` (arm D of `make bench`) it is the fair ceiling instead:
+each rank's shard stays in memory as tensors and each step gathers its batch in the graph from a
+per-epoch permutation (as the engine's resident input does, no `tf.data` iterator in the loop), K
+= 32 steps a call, and the gradients go in one grouped allreduce (``num_groups=1`` of
+`hvd.DistributedGradientTape`, the engine's default ``grad_allreduce="grouped"``) instead of one
+allreduce per tensor.
+
 Throughput uses the estimator of plain_horovod_fit.py and of the engine: every call of K steps is
 one window (time from the previous call's end, so host time between calls counts), the first
 max(3, 10 %) windows are dropped, each window's rates are summed over ranks, mean ± 1.96 σ
@@ -39,6 +46,15 @@ def parse_args(argv=None):
     p.add_argument("--base-lr", type=float, default=0.05, help="LR at global batch 64")
     p.add_argument("--steps-per-call", type=int, default=8, help="K optimizer steps per call")
     p.add_argument("--threads", type=int, default=1, help="intra-op threads per rank")
+    p.add_argument(
+        "--input",
+        choices=("dataset", "resident"),
+        default="dataset",
+        help="a tf.data iterator (Horovod's examples) or batches gathered in the graph",
+    )
+    p.add_argument(
+        "--num-groups", type=int, default=0, help="DistributedGradientTape groups (0: per tensor)"
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--data-dir", default=None, help="default: hpclab.records.paths.data_dir()")
     return p.parse_args(argv)
@@ -84,8 +100,27 @@ def main(argv=None) -> None:
         .batch(args.batch, drop_remainder=True)
         .prefetch(tf.data.AUTOTUNE)
     )
-    batches = iter(dataset)
     steps_per_epoch = cfg.for_workers(size).steps_per_epoch
+    if args.input == "resident":  # the shard in memory; a batch gathered in the graph per step
+        xs, ys = tf.constant(x), tf.constant(y)
+        n_used = steps_per_epoch * args.batch
+        perm = tf.Variable(tf.range(n_used, dtype=tf.int32), trainable=False)
+        position = tf.Variable(0, dtype=tf.int32, trainable=False)  # step within the epoch
+
+        def reshuffle():
+            perm.assign(tf.random.shuffle(tf.range(tf.shape(xs)[0], dtype=tf.int32))[:n_used])
+            position.assign(0)
+
+        class Resident:  # next(batches) -> (images, labels), traced into the while_loop
+            def __next__(self):
+                ids = perm[position * args.batch : (position + 1) * args.batch]
+                position.assign_add(1)
+                return tf.gather(xs, ids), tf.gather(ys, ids)
+
+        batches = Resident()
+        reshuffle()
+    else:
+        batches = iter(dataset)
 
     model = models.build_model("cnn1d", arrays.input_shape, arrays.num_classes, args.seed)
     loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
@@ -95,8 +130,9 @@ def main(argv=None) -> None:
     def step(images, labels):
         with tf.GradientTape() as tape:
             loss = loss_fn(labels, model(images, training=True))
-        # Horovod: add Horovod Distributed GradientTape.
-        tape = hvd.DistributedGradientTape(tape)
+        # Horovod: add Horovod Distributed GradientTape (num_groups=1: one grouped allreduce).
+        groups = {"num_groups": args.num_groups} if args.num_groups else {}
+        tape = hvd.DistributedGradientTape(tape, **groups)
         grads = tape.gradient(loss, model.trainable_variables)
         opt.apply_gradients(zip(grads, model.trainable_variables))
         return loss
@@ -130,6 +166,8 @@ def main(argv=None) -> None:
     for epoch in range(args.epochs):
         cpu0, t_epoch = time.process_time(), time.perf_counter()
         left = steps_per_epoch - (done_in_epoch0 if epoch == 0 else 0)
+        if args.input == "resident" and epoch > 0:
+            reshuffle()
         t_prev = t_epoch
         while left > 0:
             k = min(k_full, left)
@@ -167,6 +205,8 @@ def main(argv=None) -> None:
     if rank == 0:
         result = {
             "benchmark": "plain_horovod_loop",
+            "input": args.input,
+            "num_groups": args.num_groups,
             "ranks": size,
             "batch_per_rank": args.batch,
             "global_batch": args.batch * size,
