@@ -11,7 +11,8 @@ ratio (one per publish, an epoch every ``rows_per_epoch`` rows) but as fast as t
 
 At checkpoints over the run it measures the three costs that must stay flat (issue 31):
 the latest message's pickled size, the client's memory for the run (the rows the ``Run`` and
-the dashboard hold, pickled; and the process's RSS), and one dashboard redraw's time. ::
+the dashboard hold, pickled; and the process's RSS), and a dashboard redraw's time (the fastest
+of three). ::
 
     .venv/bin/python benchmarks/long_run.py                      # 200,000 rows at 2 ranks, 10,000 at 1,024
     .venv/bin/python benchmarks/long_run.py --rows 20000 --world 2
@@ -234,9 +235,13 @@ def measure(rank0: Rank0, pub: Datapub, run: Run, dash) -> dict:
         follow = dash._follow
         point["dash_points"] = len(follow.rows)
         point["client_bytes"] += len(pickle.dumps(follow.rows.items()))
-        t0 = time.perf_counter()
-        dash.update(run)  # what the dashboard's timer thread runs for each redraw
-        point["redraw_s"] = time.perf_counter() - t0
+        times = []
+        for _ in range(3):  # the fastest of three: the machine's noise only ever adds time
+            t0 = time.perf_counter()
+            dash.update(run)  # what the dashboard's timer thread runs for each redraw
+            times.append(time.perf_counter() - t0)
+        point["redraw_s"] = min(times)
+        point["trace_points"] = len(dash.trace("thr/global").x)  # what the browser gets
     return point
 
 

@@ -132,18 +132,6 @@ def small_bounds(monkeypatch):
     monkeypatch.setattr(run_module, "POLL_S", 0.001)  # the monitor's look, every millisecond
 
 
-def _min_redraw(dash, run, n: int = 3) -> float:
-    """The fastest of ``n`` redraws (the machine's noise only ever adds time)."""
-    import time
-
-    times = []
-    for _ in range(n):
-        t0 = time.perf_counter()
-        dash.update(run)
-        times.append(time.perf_counter() - t0)
-    return min(times)
-
-
 def _flat(points: list[dict]) -> None:
     """Message size, client memory and redraw time once the bounds are full vs at the end."""
     full = next(p for p in points if p["run_held_rows"] >= 150 and p["dash_points"] >= 75)
@@ -153,7 +141,9 @@ def _flat(points: list[dict]) -> None:
     assert end["run_held_rows"] <= 200 and end["dash_points"] <= 100
     # (the thinned part of a bounded history holds from half its bound to all of it)
     assert end["client_bytes"] <= 1.4 * full["client_bytes"], points
-    assert end["redraw_min_s"] <= 2.0 * full["redraw_min_s"] + 0.01, points
+    assert max(p["trace_points"] for p in points) <= 100  # what makes a redraw's cost flat
+    # (timed: the fastest of three; loose, as other processes share the machine)
+    assert end["redraw_s"] <= 3.0 * full["redraw_s"] + 0.03, points
 
 
 def _simulate(tmp_path, world: int, rows: int, stall_at: float | None = None) -> dict:
@@ -162,20 +152,10 @@ def _simulate(tmp_path, world: int, rows: int, stall_at: float | None = None) ->
 
 @pytest.mark.slow
 def test_a_long_run_at_2_ranks_stays_flat_and_a_stalled_client_loses_nothing(
-    tmp_path, small_bounds, monkeypatch
+    tmp_path, small_bounds
 ):
-    measured = []
-    real_measure = sim.measure
-
-    def measure(rank0, pub, run, dash):
-        point = real_measure(rank0, pub, run, dash)
-        point["redraw_min_s"] = _min_redraw(dash, run)
-        measured.append(point)
-        return point
-
-    monkeypatch.setattr(sim, "measure", measure)
     result = _simulate(tmp_path, world=2, rows=1500, stall_at=0.5)
-    run, rank0 = result["run"], result["rank0"]
+    run, rank0, measured = result["run"], result["rank0"], result["points"]
     print(f"\n[telemetry] 2 ranks: {measured}")
     _flat(measured)
     # the stall lost messages live; the rows came from rank 0's log, in order, all of them
@@ -188,21 +168,9 @@ def test_a_long_run_at_2_ranks_stays_flat_and_a_stalled_client_loses_nothing(
 
 
 @pytest.mark.slow
-def test_a_long_run_at_1024_ranks_stays_flat_with_per_rank_stats(
-    tmp_path, small_bounds, monkeypatch
-):
-    measured = []
-    real_measure = sim.measure
-
-    def measure(rank0, pub, run, dash):
-        point = real_measure(rank0, pub, run, dash)
-        point["redraw_min_s"] = _min_redraw(dash, run)
-        measured.append(point)
-        return point
-
-    monkeypatch.setattr(sim, "measure", measure)
+def test_a_long_run_at_1024_ranks_stays_flat_with_per_rank_stats(tmp_path, small_bounds):
     result = _simulate(tmp_path, world=1024, rows=1000)
-    run = result["run"]
+    run, measured = result["run"], result["points"]
     print(f"\n[telemetry] 1024 ranks: {measured}")
     _flat(measured)
     last = run.last_row
