@@ -66,6 +66,25 @@ def test_description_and_files_are_checked_with_one_sentence(signals, tmp_path):
         check_files(wrong)
 
 
+@pytest.mark.parametrize("shuffle", ["local", "global"])
+@pytest.mark.parametrize("world", [2, 3])  # 8 files: by file on 2 ranks, by record on 3
+def test_every_rank_reads_its_own_records_and_together_all(signals, shuffle, world):
+    from types import SimpleNamespace
+
+    from hpclab.rank import stream
+
+    d = describe(signals)
+    cfg = SimpleNamespace(seed=5, shuffle=shuffle, stream_buffer=1)  # (buffer 1: stream order)
+    per_rank = d["train_records"] // world
+    seen = []
+    for rank in range(world):
+        batches = stream.pipeline(d, cfg, rank, world, 1).take(per_rank)
+        seen.append({x.numpy().tobytes() for x, _ in batches})
+    assert stream.by_file(d, world) == (world == 2)
+    assert all(len(s) == per_rank for s in seen)  # no record twice within a rank's epoch
+    assert len(set().union(*seen)) == per_rank * world  # nor on two ranks: all but the remainder
+
+
 @pytest.mark.mpi
 @pytest.mark.slow
 @pytest.mark.own_lab

@@ -157,13 +157,18 @@ def pipeline(d: dict, cfg, rank: int, world: int, batch: int) -> tf.data.Dataset
     n, split_files = len(d["train_files"]), by_file(d, world)
     seed = cfg.seed if cfg.shuffle == "global" else cfg.seed * SEED_STRIDE + rank
 
+    dealt = cfg.shuffle == "global"
+
     def epoch_files(e):
-        order = tf.random.experimental.stateless_shuffle(
-            tf.range(n), tf.stack([tf.constant(seed, tf.int64), e])
-        )
-        if split_files:  # this rank's share: every world-th file of the epoch's order
-            order = order[rank::world]
-        elif cfg.shuffle == "local":  # by record: every rank reads the files in one order
+        shuffle = tf.random.experimental.stateless_shuffle
+        key = tf.stack([tf.constant(seed, tf.int64), e])
+        if split_files and dealt:  # one permutation on every rank, dealt: every world-th file
+            order = shuffle(tf.range(n), key)[rank::world]
+        elif split_files:  # local: this rank's own files, in a new order of its own each epoch
+            order = shuffle(tf.range(n)[rank::world], key)
+        elif dealt:  # by record: every rank reads one order (the same seed), new each epoch
+            order = shuffle(tf.range(n), key)
+        else:  # by record, local: every rank reads the files in one fixed order
             order = tf.range(n)
         return tf.data.Dataset.from_tensor_slices(tf.gather(files, order))
 
@@ -172,7 +177,9 @@ def pipeline(d: dict, cfg, rank: int, world: int, batch: int) -> tf.data.Dataset
         _reader(d),
         cycle_length=min(4, n),
         num_parallel_calls=tf.data.AUTOTUNE,
-        deterministic=not split_files,  # by record: every rank must see one record order
+        # in order: by record every rank must see one record stream, and by file an epoch's
+        # files must end before the next epoch's (the same files) begin
+        deterministic=True,
     )
     if not split_files:
         ds = ds.shard(world, rank)
