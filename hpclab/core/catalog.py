@@ -112,7 +112,11 @@ FLOAT32_BITS = 32  # bit 31 sign, 30-23 exponent, 22-0 mantissa (IEEE 754 binary
 MAX_ROLLBACKS = 3  # rollbacks to the same state before a run gives up (the fault is not transient)
 
 # -- limits -------------------------------------------------------------------------------------
-MAX_WORKERS = 512  # MPI engines one Lab starts
+#: MPI engines one Lab starts. 512 is where the default data still gives every rank a batch
+#: (num_samples 40,960, 20 % held out: 32,768 training samples = 512 shards of 64); live
+#: telemetry is flat past it (1,024 ranks simulated: benchmarks/long_run.py), but a start of more
+#: than 512 ipyparallel engines has never been tried, so the bound stays until one is.
+MAX_WORKERS = 512
 MAX_THREADS_PER_WORKER = 256
 MAX_STEPS_PER_CALL = 1000  # optimizer steps one compiled call may run
 #: Evaluations on the held-out subset per run when RunConfig.eval_every is 0 (auto): steps and
