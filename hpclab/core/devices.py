@@ -114,6 +114,34 @@ def parse_smi(text: str) -> list[dict]:
     return rows
 
 
+#: The run knob ``time_sync``: which clock the time split reads (see :func:`split_method`).
+TIME_SYNCS = ("auto", "device", "host")
+#: What each method means, for the dashboard's label and the docs.
+SPLIT_METHODS = {
+    "host_clock": "host clock (on a CPU an op has finished when it returns)",
+    "device_sync": "device-synced clock (each split point waits for the GPU's queued work)",
+    "off": "not timed",
+}
+
+
+def split_method(time_sync: str, has_gpu: bool, on: bool = True) -> str:
+    """The time split's method on a rank: ``device_sync``, ``host_clock`` or ``off``.
+
+    ``tf.timestamp`` is a host op: on a GPU it runs once the ops it depends on were *queued*
+    (TensorFlow's GPU kernels return at enqueue; Horovod's allreduce op completes only after
+    its input is ready on the device), so with the host clock a GPU's compute would read as
+    dispatch time and be booked to the allreduce wait. ``auto`` therefore syncs with the
+    device at each split point where the rank has a GPU (a one-element copy to the host of
+    what the point waits for) and reads the plain host clock on CPU, where the two agree;
+    ``device`` forces the sync (to measure its cost), ``host`` never syncs."""
+    if not on:
+        return "off"
+    if time_sync not in TIME_SYNCS:
+        raise ConfigError(f"time_sync must be one of {', '.join(TIME_SYNCS)}; it is {time_sync!r}.")
+    sync = time_sync == "device" or (time_sync == "auto" and has_gpu)
+    return "device_sync" if sync else "host_clock"
+
+
 def check_gpus_arg(gpus) -> int:
     """`Lab(gpus=...)` checked: an integer from 0 to 64 (GPUs per node the ranks expect)."""
     if isinstance(gpus, bool) or not isinstance(gpus, int) or not 0 <= gpus <= 64:
@@ -168,6 +196,8 @@ def check_gpus(identities: Sequence[Mapping], expected: bool) -> tuple[list[str]
 
 
 __all__ = [
+    "SPLIT_METHODS",
+    "TIME_SYNCS",
     "GpuChoice",
     "check_gpus",
     "check_gpus_arg",
@@ -175,5 +205,6 @@ __all__ = [
     "local_rank_of",
     "parse_smi",
     "pick_gpu",
+    "split_method",
     "visible_devices",
 ]

@@ -51,6 +51,7 @@ from hpclab.core.catalog import (
     VALIDATIONS,
     is_user_model,
 )
+from hpclab.core.devices import TIME_SYNCS
 from hpclab.core.errors import ConfigError
 from hpclab.core.filedata import is_file_dataset
 
@@ -286,6 +287,9 @@ KNOBS: tuple[Knob, ...] = (
              "the first call (0 = off)", "timeline steps", lo=0, hi=100_000, step=50),
         Knob("time_split", "bool", True, "time each step's parts in the graph "
              "(hpclab.core.pop; on with a straggler)", "time the parts"),
+        Knob("time_sync", "choice", "auto", "the split's clock: auto (a device sync at each "
+             "split point on a GPU, host clock on CPU), device (always), host (never; on a GPU "
+             "the parts then time dispatch)", "split clock", choices=TIME_SYNCS),
     ),
     *_section(
         "straggler",

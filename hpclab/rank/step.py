@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import contextlib
 
+from hpclab.core.devices import split_method
 from hpclab.core.pop import STEP_PARTS
 from hpclab.rank.features import averaging, clipping, sdc, staleness, straggler, weighting
 from hpclab.rank.features.hooks import StepContext, Traced
@@ -68,16 +69,37 @@ def _name(feature_module) -> str:
 
 class Stamp:
     """``stamp(tensors)``: a timestamp taken once every tensor exists (float64 seconds); a
-    constant 0 when the time split is off (``on`` False)."""
+    constant 0 when the time split is off (``method`` "off").
 
-    def __init__(self, tf, on: bool):
-        self.tf, self.on = tf, on
+    ``method`` "device_sync" (hpclab.core.devices.split_method; a rank with a GPU): the stamp
+    waits until the tensors' *values* are done, not only queued, by copying one element of
+    each to the host first; a device runs its queue in order, so that copy ends after the
+    work the tensors came from."""
+
+    def __init__(self, tf, method: str):
+        self.tf, self.method = tf, method
+        self.on = method != "off"
 
     def __call__(self, tensors):
+        tf = self.tf
         if not self.on:
-            return self.tf.constant(0.0, self.tf.float64)
-        with self.tf.control_dependencies(list(tensors)):
-            return self.tf.timestamp()
+            return tf.constant(0.0, tf.float64)
+        tensors = list(tensors)
+        if self.method == "device_sync" and tensors:
+            tensors = [self._on_host(tensors)]
+        with tf.control_dependencies(tensors):
+            return tf.timestamp()
+
+    def _on_host(self, tensors):
+        """One element of each tensor, gathered where they are and copied to the host."""
+        tf = self.tf
+        heads = []
+        for t in tensors:
+            t = t.values if isinstance(t, tf.IndexedSlices) else t
+            heads.append(tf.cast(tf.reshape(t, [-1])[:1], tf.float32))
+        head = tf.concat(heads, 0)
+        with tf.device("/CPU:0"):
+            return tf.identity(head)
 
 
 class Step:
@@ -99,8 +121,11 @@ class Step:
         self.loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
         names = chosen(cfg, world)
         # time_split=False (make bench's "telemetry off"): no timestamps, the parts read 0;
-        # a straggler run needs them to size its wait
-        self.stamp = Stamp(tf, cfg.time_split or "straggler" in names)
+        # a straggler run needs them to size its wait. On a GPU each split point syncs with the
+        # device (time_sync "auto"; hpclab.core.devices.split_method says why).
+        on = cfg.time_split or "straggler" in names
+        gpu = bool(tf.config.list_logical_devices("GPU"))
+        self.stamp = Stamp(tf, split_method(cfg.time_sync, gpu, on))
         ctx = StepContext(
             cfg=cfg,
             model=model,

@@ -505,6 +505,8 @@ class Trainer:
         }
         if self.rank == 0:
             summary["time_split"] = m.window.run_split()
+            if summary["time_split"]:  # which clock the parts were read from (core/devices.py)
+                summary["time_split"]["method"] = self.step.stamp.method
             # the rows are in the run folder (hpclab.rank.publisher): their counts only
             summary["rows_total"] = m.publisher.row_count
             summary["epochs_total"] = m.publisher.epoch_count

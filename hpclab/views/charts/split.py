@@ -102,6 +102,10 @@ def run_specs(f: RunFacts, key_prefix: str, first: bool) -> list[TraceSpec]:
     return specs
 
 
+#: The time split's methods (hpclab.core.devices.split_method) as the chart names them.
+CLOCKS = {"device_sync": "device-synced clock", "host_clock": "host clock"}
+
+
 def pop_note(f: RunFacts) -> str:
     """'POP: LB 0.99 × comm 0.85 = PE 0.84 · input 4 % · step 3.10 ms' of the latest window
     ('' before it); input: the share of the step spent producing the batch."""
@@ -133,9 +137,10 @@ def figure(records: Iterable[Any], title: str = "") -> go.Figure:
         ranks = split.get("rank_compute_ms")
         if not isinstance(ranks, list):
             continue
-        pop = pop_text(split)
+        # which clock the parts were read from (summary time_split "method"; core/devices.py)
+        note = "; ".join(x for x in (pop_text(split), CLOCKS.get(split.get("method"), "")) if x)
         for r in range(len(ranks)):
-            label = f"{text(f.label)} · rank {r}" + (f" ({pop})" if r == 0 and pop else "")
+            label = f"{text(f.label)} · rank {r}" + (f" ({note})" if r == 0 and note else "")
             rows.append(
                 (label, {p: split.get(f"rank_{p}_ms", [math.nan] * len(ranks))[r] for p in PARTS})
             )
