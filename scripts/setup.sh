@@ -68,6 +68,11 @@ case "${HPCLAB_GPU:-auto}" in
   *) die "HPCLAB_GPU must be 'auto', 'nccl' or 'none', you set HPCLAB_GPU='$HPCLAB_GPU'." ;;
 esac
 export HPCLAB_GPU_OPS="$GPU_OPS"  # read by scripts/horovod_cache.py (cache key, build.json)
+# aarch64 (e.g. GH200 nodes): PyPI has no tensorflow-cpu 2.15.1 wheel for it, and its
+# tensorflow 2.15.1 aarch64 wheel is built without CUDA: one sentence instead of a pip error.
+if [[ "$(uname -m)" == aarch64 && "${HPCLAB_STACK:-py311}" != py312 ]]; then
+  die "this machine is aarch64: PyPI has no tensorflow-cpu 2.15.1 for it and its tensorflow 2.15.1 is built without CUDA, so use an x86_64 node, or the site's own TensorFlow 2.15 + Horovod (an NGC container or module; docs/cluster.md, section GPU nodes)."
+fi
 
 # One setup at a time per checkout (two terminals, or `make -j`): the second waits for the first.
 mkdir -p "$CACHE"

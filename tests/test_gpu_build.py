@@ -162,3 +162,27 @@ def test_old_gpu_metadata_without_toolkit_fields_is_not_reused_for_a_toolkit_bui
     assert _build.wheel_matches(old, dataclasses.replace(gpu_env(), cuda="", nccl="", cuda_cc=""))[
         0
     ]
+
+
+def test_setup_on_aarch64_says_what_to_do_before_installing_anything(tmp_path):
+    import subprocess
+
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "uname").write_text('#!/bin/sh\n[ "$1" = -m ] && echo aarch64 || /bin/uname "$@"\n')
+    (fake / "uname").chmod(0o755)
+    env = {
+        "PATH": f"{fake}:/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "HPCLAB_VENV": str(tmp_path / "v"),
+    }
+    out = subprocess.run(
+        ["bash", str(ROOT / "scripts/setup.sh")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 1
+    assert "this machine is aarch64" in out.stderr and "x86_64 node" in out.stderr
+    assert not (tmp_path / "v").exists()
