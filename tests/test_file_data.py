@@ -51,7 +51,7 @@ def test_description_and_files_are_checked_with_one_sentence(signals, tmp_path):
     # a description that is wrong names the field, the value and what is allowed
     bad = Path(shutil.copytree(signals, tmp_path / "bad"))
     _edit(bad, format="parquet")
-    with pytest.raises(ConfigError, match=r"field 'format' must be one of tfrecord, npz; it is"):
+    with pytest.raises(ConfigError, match=r"field 'format' must be one of tfrecord, npz, hdf5; it is"):
         RunConfig(dataset=str(bad)).for_workers(2)
     _edit(bad, format="tfrecord", x={"key": "x", "shape": [0], "dtype": "float32"})
     with pytest.raises(ConfigError, match=r"'x.shape' must be a list of 1 to 3 positive"):
@@ -64,6 +64,23 @@ def test_description_and_files_are_checked_with_one_sentence(signals, tmp_path):
     shutil.copy(tmp_path / "npz" / "train-00000.npz", wrong / "train-00003.tfrecord")
     with pytest.raises(ConfigError, match=r"train file 'train-00003.tfrecord' is not a tfrecord"):
         check_files(wrong)
+
+
+@pytest.mark.parametrize("fmt", ["npz", "hdf5"])
+def test_npz_and_hdf5_shards_are_checked_and_read_as_written(tmp_path, fmt):
+    import numpy as np
+
+    from hpclab.rank import stream
+
+    folder = make_dataset.make(tmp_path / fmt, fmt=fmt, files=2, records=16)
+    check_files(folder)
+    d = describe(folder)
+    x, y = stream.read_arrays(d, "train")
+    rng = np.random.default_rng(0)  # make()'s draws, in its order
+    assert np.array_equal(x[:16], make_dataset.signals(16, 64, rng)[0]) and y.dtype == np.int32
+    _edit(folder, x={"key": "x", "shape": [32], "dtype": "float32"})
+    with pytest.raises(ConfigError, match=r"x is \(\(16, 64\), 'float32'\), the description says"):
+        check_files(folder)
 
 
 @pytest.mark.parametrize("shuffle", ["local", "global"])

@@ -61,6 +61,12 @@ def _write(path: Path, fmt: str, x: np.ndarray, y: np.ndarray) -> None:
     if fmt == "npz":
         np.savez(path, x=x, y=y)
         return
+    if fmt == "hdf5":
+        import h5py
+
+        with h5py.File(path, "w") as f:
+            f["x"], f["y"] = x, y
+        return
     from hpclab.core.filedata import masked_crc32c  # TFRecord framing (record_writer.cc)
 
     with open(path, "wb") as f:
@@ -79,7 +85,7 @@ def make(
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
-    ext = "tfrecord" if fmt == "tfrecord" else "npz"
+    ext = {"tfrecord": "tfrecord", "npz": "npz", "hdf5": "h5"}[fmt]
     desc = {
         "format": fmt,
         "x": {"key": "x", "shape": [length], "dtype": "float32"},
@@ -101,7 +107,7 @@ def make(
 if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("folder")
-    p.add_argument("--format", default="tfrecord", choices=("tfrecord", "npz"))
+    p.add_argument("--format", default="tfrecord", choices=("tfrecord", "npz", "hdf5"))
     p.add_argument("--files", type=int, default=8)
     p.add_argument("--records", type=int, default=512, help="records per file")
     p.add_argument("--length", type=int, default=64, help="samples per signal")

@@ -4,7 +4,7 @@ A file dataset is a folder with a ``dataset.json`` and the shard files it names
 (``RunConfig.dataset`` = the folder's path; a relative path is made absolute where the config
 is made). The description::
 
-    {"format": "tfrecord",                       # or "npz"
+    {"format": "tfrecord",                       # or "npz", "hdf5"
      "x": {"key": "x", "shape": [64], "dtype": "float32"},   # dtype: float32 or uint8
      "y": {"key": "y"},                          # int labels 0 .. classes-1
      "classes": 10,
@@ -18,6 +18,8 @@ is made). The description::
   without TensorFlow; its features are checked on every rank before the first step.
 * ``npz``: each file a NumPy ``.npz`` holding ``x`` ``[records, *shape]`` and ``y``
   ``[records]``; both array headers are read here (``numpy.lib.format``), not the data.
+* ``hdf5``: each file an HDF5 file with datasets ``x`` and ``y`` shaped as for ``npz`` (read
+  with ``h5py``, which the lock pins); their shapes and dtypes are checked here.
 
 uint8 inputs become float32 in [0, 1] (``/255``), as the staged image datasets do.
 
@@ -40,7 +42,7 @@ from pathlib import Path
 from hpclab.core.errors import ConfigError
 
 DESCRIPTION = "dataset.json"
-FORMATS = ("tfrecord", "npz")
+FORMATS = ("tfrecord", "npz", "hdf5")
 DTYPES = ("float32", "uint8")
 #: auto input: resident when the decoded float32 training data a rank holds fits in this many MiB
 RESIDENT_LIMIT_MB = 512
@@ -141,7 +143,7 @@ def check_files(folder: str | Path) -> None:
     d = describe(folder)
     for split in ("train", "validation"):
         for path, n in zip(d[f"{split}_files"], d[f"{split}_counts"]):
-            why = _tfrecord_problem(path) if d["format"] == "tfrecord" else _npz_problem(path, d, n)
+            why = _PROBLEMS[d["format"]](path, d, n)
             if why:
                 raise ConfigError(
                     f"dataset {str(folder)!r}: {split} file {Path(path).name!r} is not a "
@@ -149,7 +151,7 @@ def check_files(folder: str | Path) -> None:
                 )
 
 
-def _tfrecord_problem(path: str) -> str:
+def _tfrecord_problem(path: str, d=None, records=0) -> str:
     """'' if the file starts with a whole TFRecord (length, its masked CRC-32C, data, CRC)."""
     with open(path, "rb") as f:
         head = f.read(12)
@@ -182,6 +184,12 @@ def _npz_problem(path: str, d: dict, records: int) -> str:
                 version = np.lib.format.read_magic(f)
                 shape, _, dtype = np.lib.format._read_array_header(f, version)
                 shapes[key] = (tuple(shape), str(dtype))
+    return _shapes_problem(shapes, d, records)
+
+
+def _shapes_problem(shapes: dict, d: dict, records: int) -> str:
+    """'' if x is [records, *shape] of the described dtype and y [records] integers."""
+    keys = (d["x"]["key"], d["y"]["key"])
     want_x = ((records, *d["input_shape"]), d["x"]["dtype"])
     if shapes[keys[0]] != want_x:
         return f"{keys[0]} is {shapes[keys[0]]}, the description says {want_x}"
@@ -189,6 +197,22 @@ def _npz_problem(path: str, d: dict, records: int) -> str:
     if yshape != (records,) or not ydtype.startswith(("int", "uint")):
         return f"{keys[1]} is {shapes[keys[1]]}, the description says ({records},) integers"
     return ""
+
+
+def _hdf5_problem(path: str, d: dict, records: int) -> str:
+    import h5py
+
+    try:
+        f = h5py.File(path, "r")
+    except OSError:
+        return "it is not an HDF5 file"
+    with f:
+        shapes = {}
+        for key in (d["x"]["key"], d["y"]["key"]):
+            if key not in f:
+                return f"it has no dataset {key!r} (it has {', '.join(f.keys())})"
+            shapes[key] = (tuple(f[key].shape), str(f[key].dtype))
+    return _shapes_problem(shapes, d, records)
 
 
 def decoded_mb(d: dict, records: int) -> float:
@@ -204,6 +228,9 @@ def resident(cfg, workers: int) -> bool:
     d = describe(cfg.dataset)
     held = d["train_records"] if cfg.shuffle == "global" else d["train_records"] // workers
     return decoded_mb(d, held) <= RESIDENT_LIMIT_MB
+
+
+_PROBLEMS = {"tfrecord": _tfrecord_problem, "npz": _npz_problem, "hdf5": _hdf5_problem}
 
 
 # -- CRC-32C (Castagnoli), masked as TFRecord masks it ------------------------------------------

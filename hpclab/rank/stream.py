@@ -102,7 +102,7 @@ def _decode(d: dict):
         x = tf.cast(x, tf.float32)
         return x / 255.0 if dtype == tf.uint8 else x
 
-    if d["format"] == "npz":
+    if d["format"] != "tfrecord":  # arrays already (npz, hdf5)
         return lambda x, y: (scale(x), tf.cast(y, tf.int32))
     spec = {kx: tf.io.FixedLenFeature([], tf.string), ky: tf.io.FixedLenFeature([], tf.int64)}
 
@@ -123,8 +123,13 @@ def _reader(d: dict):
     dtype = tf.as_dtype(d["x"]["dtype"])
 
     def load(path):
-        path = path if isinstance(path, bytes) else path.item()  # (0-d array in eager reads)
-        with np.load(path.decode()) as z:
+        path = (path if isinstance(path, bytes) else path.item()).decode()  # (0-d eagerly)
+        if d["format"] == "hdf5":
+            import h5py
+
+            with h5py.File(path, "r") as f:
+                return f[kx][()], f[ky][()].astype(np.int64)
+        with np.load(path) as z:
             return z[kx], z[ky].astype(np.int64)
 
     def read(f):
