@@ -18,8 +18,15 @@
 #                       `module load openmpi`): the mpich wheel is not installed, mpi4py is built
 #                       from source with that mpicc, Horovod is compiled against it, and the wheel
 #                       cache key carries a hash of `mpicc -show` plus mpichversion/ompi_info output.
-#                       NOTE: this path cannot be exercised on the project's test machines (they
-#                       have no site MPI); it follows the mpi4py and Horovod install docs.
+#                       The compiled mpi4py wheel is kept per user too (<cache>/mpi4py<ver>-system-<hash>).
+#                       Run with Debian's Open MPI 4.1 (.venv-ompi): mpi4py and the cache key; the
+#                       Lab tests with it are tests/slurm/test_openmpi.py (opt-in, not yet green).
+#   HPCLAB_MPICC        (system) the MPI C compiler wrapper if not `mpicc`; with the Cray
+#                       Programming Environment loaded (PE_ENV set) and no mpicc, Cray's `cc`.
+#   HPCLAB_MPICXX       (system) its C++ wrapper for Horovod (default: Cray's `CC` beside `cc`);
+#                       set, Horovod is compiled with CC/CXX = these wrappers (CMake's FindMPI
+#                       then finds MPI inside the compiler). The Cray path follows the mpi4py and
+#                       Horovod docs and was not run here (no Cray PE on the test machines).
 #   HPCLAB_GPU=auto     (default) GPU build when `nvidia-smi -L` lists a GPU and `nvcc` is on PATH;
 #   HPCLAB_GPU=nccl     force it; HPCLAB_GPU=none never. A GPU build swaps tensorflow-cpu for
 #                       `tensorflow[and-cuda]==2.15.1` (CUDA 12.2 / cuDNN 8.9 from PyPI) and compiles
@@ -104,17 +111,31 @@ stage_done venv
 # ---------------------------------------------------------------------------------------------
 stage "deps: Python packages from requirements/lock.txt (MPI: $MPI_MODE)"
 SYSTEM_MPICC=""
+SYSTEM_MPICXX=""
 if [[ "$MPI_MODE" == system ]]; then
-  # The first mpicc on PATH that is not the venv's own.
-  SYSTEM_MPICC="$(PATH="$(echo "$PATH" | tr ':' '\n' | grep -vxF "$VENV/bin" | paste -sd:)" command -v mpicc || true)"
-  [[ -n "$SYSTEM_MPICC" ]] || die "HPCLAB_MPI=system but no mpicc is on PATH; load your site MPI first (e.g. \`module load mpich\`)."
-  echo "    site MPI: $SYSTEM_MPICC"
+  # $HPCLAB_MPICC, else the first mpicc on PATH that is not the venv's own, else Cray's cc.
+  # (scripts/horovod_cache.py find_mpicc applies the same rule when it computes the cache key.)
+  outside_venv() { PATH="$(echo "$PATH" | tr ':' '\n' | grep -vxF "$VENV/bin" | paste -sd:)" command -v "$1" || true; }
+  SYSTEM_MPICC="$(outside_venv "${HPCLAB_MPICC:-mpicc}")"
+  if [[ -z "$SYSTEM_MPICC" && -z "${HPCLAB_MPICC:-}" && -n "${PE_ENV:-}${CRAYPE_VERSION:-}" ]]; then
+    SYSTEM_MPICC="$(outside_venv cc)"
+  fi
+  [[ -n "$SYSTEM_MPICC" ]] || die "HPCLAB_MPI=system but no ${HPCLAB_MPICC:-mpicc} is on PATH; load your site MPI first (e.g. \`module load mpich\`), or name its compiler wrapper in HPCLAB_MPICC (Cray: cc)."
+  SYSTEM_MPICXX="${HPCLAB_MPICXX:-}"
+  if [[ -z "$SYSTEM_MPICXX" && "$(basename "$SYSTEM_MPICC")" == cc ]]; then
+    SYSTEM_MPICXX="$(outside_venv CC)"
+  fi
+  echo "    site MPI: $SYSTEM_MPICC${SYSTEM_MPICXX:+ (C++: $SYSTEM_MPICXX)}"
 fi
+mpi_show() {  # what the site wrapper adds: MPICH/Intel MPI -show, Open MPI --showme, Cray's opts
+  "$SYSTEM_MPICC" -show 2>/dev/null || "$SYSTEM_MPICC" --showme 2>/dev/null \
+    || "$SYSTEM_MPICC" --cray-print-opts=all
+}
 stamp_now() {
   {
     cat requirements/base.in requirements/lock.txt pyproject.toml
     echo "mpi=$MPI_MODE gpu=$GPU_OPS"
-    if [[ -n "$SYSTEM_MPICC" ]]; then "$SYSTEM_MPICC" -show 2>/dev/null || "$SYSTEM_MPICC" --showme; fi
+    if [[ -n "$SYSTEM_MPICC" ]]; then mpi_show; fi
   } | sha256sum | cut -d' ' -f1
 }
 STAMP_FILE="$VENV/hpclab-deps.stamp"
@@ -137,8 +158,28 @@ else
       "$PY" -m pip uninstall --yes mpich
     fi
     "$PY" -m pip install -r "$reqs" -c requirements/lock.txt
-    MPICC="$SYSTEM_MPICC" "$PY" -m pip install --no-binary=mpi4py --no-cache-dir --force-reinstall \
-      --no-deps "mpi4py" -c requirements/lock.txt
+    # mpi4py compiled with the site wrapper, once per (mpi4py, Python, MPI) and user: the wheel
+    # is kept like Horovod's (pip's own cache is keyed by name and version only).
+    m4_key="mpi4py$(sed -n 's/^mpi4py==//p' requirements/lock.txt)-system-$(
+      { realpath "$SYSTEM_MPICC"; mpi_show; "$PY" -c 'import sys; print(sys.version)'; } \
+      | sha256sum | cut -c1-10)"
+    m4_dir="$USER_WHEELS/$m4_key"
+    if [[ "$USER_WHEELS" != none ]] && compgen -G "$m4_dir/mpi4py-*.whl" >/dev/null; then
+      echo "    reusing mpi4py built earlier against this MPI: $m4_dir"
+    else
+      m4_dir="$CACHE/tmp/$m4_key"
+      rm -rf "$m4_dir" && mkdir -p "$m4_dir"
+      m4_start=$SECONDS
+      MPICC="$SYSTEM_MPICC" "$PY" -m pip wheel --no-binary=mpi4py --no-cache-dir --no-deps \
+        -w "$m4_dir" "mpi4py" -c requirements/lock.txt
+      echo "    built mpi4py against $SYSTEM_MPICC in $((SECONDS - m4_start)) s"
+      if [[ "$USER_WHEELS" != none ]]; then  # best effort, as for Horovod
+        { mkdir -p "$USER_WHEELS" && rm -rf "$USER_WHEELS/$m4_key" \
+            && cp -rp "$m4_dir" "$USER_WHEELS/$m4_key"; } 2>/dev/null \
+          || echo "    (could not keep a copy of mpi4py in $USER_WHEELS)"
+      fi
+    fi
+    "$PY" -m pip install --no-deps --force-reinstall "$m4_dir"/mpi4py-*.whl
   fi
   if [[ -n "$GPU_OPS" ]]; then
     # The same TensorFlow 2.15.1 with its CUDA 12.2 / cuDNN 8.9 / NCCL wheels instead of the CPU
@@ -187,7 +228,9 @@ build_horovod() {  # build_horovod KEY DIR: compile the wheel into DIR with its 
   # linked against another MPI. --no-build-isolation: compile against the venv's TensorFlow.
   # PATH: the venv's cmake (<4; pip's cmake 4 rejects Horovod's bundled gloo) and, with the
   # PyPI MPI, the venv's mpicc/mpiexec come first.
+  # With a wrapper that is not mpicc (Cray's cc/CC), Horovod is compiled by the wrappers.
   if ! env PATH="$VENV/bin:$PATH" \
+      ${SYSTEM_MPICXX:+CC=$SYSTEM_MPICC CXX=$SYSTEM_MPICXX} \
       HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_MPI=1 HOROVOD_WITH_GLOO=1 \
       HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 \
       ${GPU_OPS:+HOROVOD_GPU_OPERATIONS=$GPU_OPS} \
