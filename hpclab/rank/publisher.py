@@ -66,6 +66,15 @@ def compact(row: dict, keys: list[str], matrix: np.ndarray) -> dict:
     return out
 
 
+def _numpy_scalar(value):
+    """A NumPy scalar in a row as the Python number it holds. Under NumPy 2's promotion rules
+    (NEP 50; the py312 stack) float32 telemetry stays float32 through Python arithmetic, where
+    NumPy 1 widened it to float64 (a ``float`` subclass that ``json`` writes as is)."""
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
 class TelemetryLog:
     """Rank 0's full record in the run folder: rows and epoch rows as JSON lines (one write a
     row, line-buffered, so a client reading behind sees whole lines), and per-rank lists."""
@@ -84,7 +93,7 @@ class TelemetryLog:
             stale.unlink(missing_ok=True)
 
     def add(self, table: str, row: dict) -> None:
-        getattr(self, table).write(json.dumps(row) + "\n")
+        getattr(self, table).write(json.dumps(row, default=_numpy_scalar) + "\n")
 
     def add_ranks(self, step: int, keys: list[str], matrix: np.ndarray) -> None:
         """One row's per-rank lists: [step, *matrix row 0, *matrix row 1, ...] as float64."""
