@@ -359,7 +359,8 @@ class Hub:
 
     `environment` is merged into `Spawner.environment` (what the job's JupyterLab and kernels
     see): the hook for HPCLAB_PROFILE / HPCLAB_PROFILE_PATH and anything else the notebook
-    needs. SLURM_CONF, HPCLAB_RUNS and HPCLAB_DATA are always set.
+    needs. SLURM_CONF, HPCLAB_RUNS and HPCLAB_DATA are set unless `environment` maps them to
+    None (then the user's lab picks its own folders, as on a centre-wide read-only install).
     """
 
     def __init__(
@@ -396,6 +397,7 @@ class Hub:
             "HPCLAB_DATA": str(self.data_dir),
         }
         env.update(environment or {})
+        env = {k: v for k, v in env.items() if v is not None}  # None: left unset
         self.environment = env
         self.config = self.dir / "jupyterhub_config.py"
         self.config.write_text(

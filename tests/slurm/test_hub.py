@@ -75,12 +75,16 @@ def _user_settings(user: hubmod.TestUser) -> None:
 
 
 @pytest.fixture
-def hub_env() -> dict[str, str]:
+def hub_env() -> dict[str, str | None]:
     """Extra environment for the user's JupyterLab job (Spawner.environment): the profile, as a
-    centre's hub sets it (`hpclab profiles ci --hub-snippet`)."""
+    centre's hub sets it (`hpclab profiles ci --hub-snippet`), and no HPCLAB_RUNS/HPCLAB_DATA:
+    the checkout is a read-only install for this second user, so the lab must pick the user's
+    own folders by itself (hpclab.records.paths, issue 26 item 1)."""
     return {
         "HPCLAB_PROFILE": "ci",
         "HPCLAB_PROFILE_PATH": str(hubmod.ROOT / "tests/slurm/profiles"),
+        "HPCLAB_RUNS": None,
+        "HPCLAB_DATA": None,
     }
 
 
@@ -102,7 +106,7 @@ def hub(request, slurm, hub_env):
         # reads slurm.conf, talks to munged, writes runs: give the user --x on whatever ancestor
         # directory is in the way (ACL, only for this user), restored at teardown.
         paths = [python, os.path.realpath(python), hubmod.ROOT, slurm.conf, workdir]
-        paths += [v for v in hub_env.values() if v.startswith("/") and os.path.exists(v)]
+        paths += [v for v in hub_env.values() if v and v.startswith("/") and os.path.exists(v)]
         grants = hubmod.grant_traverse(USER, paths)
         print(f"\ntest_hub: ACL user:{USER}:--x added on: {grants}")
         _user_settings(user)
@@ -113,6 +117,10 @@ def hub(request, slurm, hub_env):
         )
         assert check.returncode == 0, (
             f"the venv is not usable by the test user {USER} (permissions?):\n{check.stderr}"
+        )
+        writable = user.run(["sh", "-c", f'test -w "{hubmod.ROOT}"'])
+        assert writable.returncode != 0, (
+            f"the checkout is writable by {USER}: not a read-only install"
         )
         sinfo = user.run(["sinfo", "-h", "-o", "%P %a"], env=slurm.env, timeout=20)
         assert sinfo.returncode == 0 and slurm.partition in sinfo.stdout, (
@@ -176,7 +184,7 @@ NOTEBOOK = "hub.ipynb"
 # The profile comes from HPCLAB_PROFILE (the hub's Spawner.environment), as a centre would set it.
 CELLS = [
     "import hpclab\nfrom hpclab.views.panel.panel import Panel",
-    "lab = hpclab.Lab(workers=2)\nprint('LAUNCH', lab.plan.record())",
+    "lab = hpclab.Lab(workers=2)\nprint('LAUNCH', lab.plan.record())\nprint('RUNS', lab.runs_dir)",
     f"panel = Panel(lab, base={PRESET})\npanel",
 ]
 
@@ -216,7 +224,16 @@ def notebook_step(page, server: hubmod.Hub, slurm) -> None:
     screenshot(page, "hub-panel.png")
     page.locator("button.hpclab-stop").click(timeout=90_000)
     wait_for(lambda: status.inner_text().startswith("stopped at step"), 60, "'stopped'", page)
+    # the second user's run went to a folder of the user's own, not into the read-only install
+    runs = Path(
+        page.locator(".jp-OutputArea-output", has_text="RUNS").first.inner_text().split()[-1]
+    )
+    owner = server.user
+    assert runs.is_relative_to(owner.home), f"runs folder {runs} is not under {owner.home}"
+    records = list(runs.glob("*/config.json"))
+    assert records and all(r.stat().st_uid == owner.uid for r in records), records
     print(f"test_hub: panel trained in the hub's job, chart {first} → {second} points; {steps!r}")
+    print(f"test_hub: {len(records)} run record(s) of {owner.name} in {runs}")
 
 
 def test_hub_spawns_jupyterlab_as_slurm_job_in_browser(request, hub, slurm):
