@@ -135,13 +135,27 @@ class Hosts:
             _sh("ip", "netns", "add", ns)
             _sh("ip", "-n", ns, "link", "set", "lo", "up")
             port = f"p{i}"  # the bridge side, inside the switch namespace
-            _sh("ip", "-n", sw, "link", "add", port, "type", "veth", "peer", "name", "eth0",
-                "netns", ns)  # fmt: skip
+            _sh(
+                "ip",
+                "-n",
+                sw,
+                "link",
+                "add",
+                port,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                "eth0",
+                "netns",
+                ns,
+            )
             _sh("ip", "-n", sw, "link", "set", port, "master", "br0", "up")
             _sh("ip", "-n", ns, "addr", "add", f"{ip}/24", "dev", "eth0")
             _sh("ip", "-n", ns, "link", "set", "eth0", "up")
-        rules = FIREWALL.format(low=PORTS[0], high=PORTS[1], l_low=LAUNCHER_PORTS[0],
-                                l_high=LAUNCHER_PORTS[1])  # fmt: skip
+        rules = FIREWALL.format(
+            low=PORTS[0], high=PORTS[1], l_low=LAUNCHER_PORTS[0], l_high=LAUNCHER_PORTS[1]
+        )
         _sh("nft", "-f", "-", ns=self.ns["login"], input=rules)
         cases = "\n".join(
             f"  {ip}) ns={self.ns[host]}; name={host};;" for host, ip in HOSTS.items()
@@ -172,8 +186,19 @@ class Hosts:
 
     def run(self, host: str, argv: list[str], env: dict | None = None, timeout: float = 60):
         """`argv` on `host` (its namespace and hostname), as a login shell there would."""
-        cmd = ["ip", "netns", "exec", self.ns[host], "unshare", "--uts", "sh", "-c",
-               'hostname "$0" && exec "$@"', host, *argv]  # fmt: skip
+        cmd = [
+            "ip",
+            "netns",
+            "exec",
+            self.ns[host],
+            "unshare",
+            "--uts",
+            "sh",
+            "-c",
+            'hostname "$0" && exec "$@"',
+            host,
+            *argv,
+        ]
         return subprocess.run(
             cmd, capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})}
         )
@@ -182,8 +207,15 @@ class Hosts:
         """tests/netns_lab.py on `login`; its JSON line."""
         env = {"HPCLAB_DATA": str(self.data), **(env or {})}
         profile = profile or self.profile
-        argv = [sys.executable, str(HERE / "netns_lab.py"), "--profile", str(profile),
-                "--runs-dir", str(self.runs), *extra]  # fmt: skip
+        argv = [
+            sys.executable,
+            str(HERE / "netns_lab.py"),
+            "--profile",
+            str(profile),
+            "--runs-dir",
+            str(self.runs),
+            *extra,
+        ]
         done = self.run("login", argv, env=env, timeout=240)
         lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
         assert lines, f"no result (exit {done.returncode}):\n{done.stderr[-3000:]}"
