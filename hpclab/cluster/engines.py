@@ -375,7 +375,10 @@ def _kill_survivors(processes: list) -> None:
             pass
     if alive:
         log.warning("killed %d lab process(es) that outlived the shutdown", len(alive))
-        psutil.wait_procs(alive, timeout=5)
+        try:
+            psutil.wait_procs(alive, timeout=5)
+        except psutil.Error:  # one turned zombie or vanished between the check and the wait
+            pass
 
 
 def _alive(process) -> bool:
