@@ -238,7 +238,7 @@ def measure(rank0: Rank0, pub: Datapub, run: Run, dash) -> dict:
         times = []
         for _ in range(3):  # the fastest of three: the machine's noise only ever adds time
             t0 = time.perf_counter()
-            dash.update(run)  # what the dashboard's timer thread runs for each redraw
+            dash.update(run)  # what the dashboard's drawing thread runs for each redraw
             times.append(time.perf_counter() - t0)
         point["redraw_s"] = min(times)
         point["trace_points"] = len(dash.trace("thr/global").x)  # what the browser gets

@@ -328,7 +328,7 @@ def test_throttling_limits_redraws_and_delivers_the_final_state():
     assert dash.redraws - start <= allowed < 100
     run.status, run.done = "finished", True
     run.publish(120)  # the run's final callback: drawn at once, whatever the interval
-    assert dash.wait_idle(10)  # (on the dashboard's timer thread, never the monitor's)
+    assert dash.wait_idle(10)  # (on the dashboard's drawing thread, never the monitor's)
     assert len(dash.trace("thr/global").x) == 120
     assert "finished" in dash._status.value
     assert dash.redraws - start <= allowed + 1

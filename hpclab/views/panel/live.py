@@ -10,10 +10,10 @@ static report figure (:func:`hpclab.views.charts.traces.trace_specs`).
 The run calls back from its background thread (its monitor): the callback only takes the rows
 that are new (``run.rows_since``, O(new)) into the dashboard's own bounded copy — the newest
 1,000 rows exact, older ones thinned to at most 1,000 more (:class:`hpclab.core.thinning.Thinned`)
-— so a redraw costs the same after ten hours as after ten seconds; redraws happen on a timer
-thread, never on the monitor's (which must keep polling, stopping and watching the ranks), are
-throttled, and serialised with locks here. ipywidgets is imported only when a :class:`Dashboard` is built. Static charts never import
-this module.
+— so a redraw costs the same after ten hours as after ten seconds; redraws happen on the
+dashboard's own drawing thread, never on the monitor's (which must keep polling, stopping and
+watching the ranks), are throttled, and serialised with locks here. ipywidgets is imported only
+when a :class:`Dashboard` is built. Static charts never import this module.
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ class Dashboard:
 
     ``dash.attach(run)`` follows a training run: the run calls back from its background thread
     after new rows arrive; redraws are throttled to one per ``min_interval_s`` and a trailing
-    timer makes sure the newest rows never wait longer than ``max_wait_s``; the final state is
+    redraw makes sure the newest rows never wait longer than ``max_wait_s``; the final state is
     always drawn when the run is done. A redraw costs the browser CPU that, on a laptop, the
     ranks share, so redraws are rare (benchmarks/README.md has the measurement). Every redraw
     only replaces trace x/y arrays inside ``fig.batch_update()`` (one message to the browser).
@@ -126,11 +126,12 @@ class Dashboard:
         self._overlays: list[RunFacts] = []
         self._keys: list[str] = []  # trace keys in figure order
         self._main_keys: list[str] = []
-        self._lock = threading.RLock()  # drawing: run thread, timer thread, widget events
-        self._tlock = threading.Lock()  # throttle state
+        self._lock = threading.RLock()  # drawing: drawing thread, widget events
+        self._tlock = threading.Condition()  # throttle state; wakes the drawing thread
         self._attached: Any = None
         self._last_draw = -math.inf
-        self._timer: threading.Timer | None = None
+        self._due: float | None = None  # monotonic time of the next scheduled redraw
+        self._drawer: threading.Thread | None = None  # one drawing thread while attached
         self._follow: _Follow | None = None  # the attached run's bounded copy (a live Run)
         self._idle = threading.Event()  # no redraw scheduled or running
         self._idle.set()
@@ -362,10 +363,10 @@ class Dashboard:
         with self._tlock:
             self._attached = None
             self._follow = None
-            if self._timer is not None:
-                self._timer.cancel()
-                self._timer = None
-                self._idle.set()
+            self._due = None
+            self._drawer = None  # (it ends by itself; the next attach starts its own)
+            self._idle.set()
+            self._tlock.notify_all()
 
     def wait_idle(self, timeout: float | None = None) -> bool:
         """Wait until no redraw is scheduled or running (True), or ``timeout`` s (False)."""
@@ -373,8 +374,8 @@ class Dashboard:
 
     def _on_run_update(self, run: Any) -> None:
         """The run's callback, on its monitor thread: take the new rows (O(new)) and schedule
-        a redraw on a timer thread — at once if one is due or the run is done, else when the
-        interval ends (the newest rows never wait longer than ``max_wait_s``)."""
+        a redraw on the dashboard's drawing thread — at once if one is due or the run is done,
+        else when the interval ends (the newest rows never wait longer than ``max_wait_s``)."""
         with self._tlock:
             if run is not self._attached:
                 return
@@ -384,28 +385,45 @@ class Dashboard:
         with self._tlock:
             if run is not self._attached:
                 return
-            waited = time.monotonic() - self._last_draw
-            now_due = bool(attr_or(run, "done", False)) or waited >= self.min_interval_s
-            if self._timer is not None and not (now_due and self._timer.interval > 0):
-                return  # a redraw is scheduled already; it will read these rows
-            if self._timer is not None:
-                self._timer.cancel()
-            delay = 0.0 if now_due else min(self.min_interval_s - waited, self.max_wait_s)
-            self._last_draw = time.monotonic() + delay
+            now = time.monotonic()
+            waited = now - self._last_draw
+            if bool(attr_or(run, "done", False)) or waited >= self.min_interval_s:
+                due = now
+            else:
+                due = now + min(self.min_interval_s - waited, self.max_wait_s)
+            if self._due is not None and self._due <= due:
+                return  # a redraw is scheduled already, as soon; it will read these rows
+            self._due = due
             self._idle.clear()
-            self._timer = threading.Timer(delay, self._trailing, args=(run,))
-            self._timer.daemon = True
-            self._timer.start()
+            if self._drawer is None:
+                # one long-lived thread draws (not a thread per redraw: glibc gives each new
+                # thread's allocations an arena, and the arenas' pages stay with the process)
+                self._drawer = threading.Thread(
+                    target=self._draw_loop, args=(run,), name="hpclab-dashboard", daemon=True
+                )
+                self._drawer.start()
+            self._tlock.notify_all()
 
-    def _trailing(self, run: Any) -> None:
-        try:
+    def _draw_loop(self, run: Any) -> None:
+        """The drawing thread of one attached run: redraw when due; end when detached."""
+        while True:
             with self._tlock:
-                self._timer = None
-                if run is not self._attached:
-                    return
+                while True:
+                    if run is not self._attached:
+                        if self._drawer is threading.current_thread():
+                            self._drawer = None
+                        return
+                    if self._due is None:
+                        self._idle.set()
+                        if bool(attr_or(run, "done", False)):  # its final state is drawn
+                            self._drawer = None
+                            return
+                        self._tlock.wait()
+                        continue
+                    wait = self._due - time.monotonic()
+                    if wait <= 0:
+                        break
+                    self._tlock.wait(wait)
+                self._due = None
                 self._last_draw = time.monotonic()
             self.update(run)
-        finally:
-            with self._tlock:
-                if self._timer is None:
-                    self._idle.set()
