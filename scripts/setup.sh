@@ -20,7 +20,7 @@
 #                       cache key carries a hash of `mpicc -show` plus mpichversion/ompi_info output.
 #                       The compiled mpi4py wheel is kept per user too (<cache>/mpi4py<ver>-system-<hash>).
 #                       Run with Debian's Open MPI 4.1 (.venv-ompi): mpi4py and the cache key; the
-#                       Lab tests with it are tests/slurm/test_openmpi.py (opt-in, not yet green).
+#                       Lab tests with it are tests/slurm/test_openmpi.py (opt-in).
 #   HPCLAB_MPICC        (system) the MPI C compiler wrapper if not `mpicc`; with the Cray
 #                       Programming Environment loaded (PE_ENV set) and no mpicc, Cray's `cc`.
 #   HPCLAB_MPICXX       (system) its C++ wrapper for Horovod (default: Cray's `CC` beside `cc`);

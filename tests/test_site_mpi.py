@@ -163,3 +163,17 @@ def test_open_mpi_aborting_at_init_under_the_wrong_plugin_is_named():
     sentence = site_mpi.init_failure(said, "pmi2")
     assert "srun --mpi=pmi2" in sentence and 'slurm.srun_mpi = "pmix"' in sentence
     assert site_mpi.init_failure("engine registered", "pmi2") == ""
+
+
+def test_open_mpis_bindings_are_not_taken_for_its_library():
+    """ldd of Horovod's ops built against Debian's Open MPI 4.1.4 lists libmpi_cxx first."""
+    from hpclab.tools.linkage import parse_ldd_libmpi
+
+    ldd = (
+        "\tlibmpi_cxx.so.40 => /lib/x86_64-linux-gnu/libmpi_cxx.so.40 (0x1)\n"
+        "\tlibmpi.so.40 => /lib/x86_64-linux-gnu/libmpi.so.40 (0x2)\n"
+    )
+    assert parse_ldd_libmpi(ldd) == ("libmpi.so.40", "/lib/x86_64-linux-gnu/libmpi.so.40")
+    cray = "\tlibmpi_gnu_123.so.12 => /opt/cray/pe/lib64/libmpi_gnu_123.so.12 (0x3)\n"
+    assert parse_ldd_libmpi(cray)[0] == "libmpi_gnu_123.so.12"
+    assert flavour_of_soname(parse_ldd_libmpi(ldd)[0]) == "openmpi"

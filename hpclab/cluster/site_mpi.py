@@ -113,7 +113,8 @@ def horovod_flavour(prefix: str = sys.prefix) -> str:
         ).stdout
     except (OSError, subprocess.TimeoutExpired):
         return ""
-    match = re.search(r"^\s*(libmpi[\w.]*)\s", out, re.M)
+    # Open MPI's C++/Fortran/Java bindings (libmpi_cxx, ...) are listed before the library
+    match = re.search(r"^\s*(libmpi(?:_(?!cxx|mpifh|usempi|java)\w+)?\.so[\w.]*)\s", out, re.M)
     return flavour_of_soname(match.group(1)) if match else ""
 
 

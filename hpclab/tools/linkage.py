@@ -15,10 +15,15 @@ import re
 def parse_ldd_libmpi(ldd_output: str) -> tuple[str, str | None] | None:
     """The ``libmpi`` line of ``ldd`` output as (soname, resolved path or None if not found).
 
-    Returns None when the object does not depend on any ``libmpi``.
+    Returns None when the object does not depend on any ``libmpi``. Open MPI's language
+    bindings (``libmpi_cxx``, ``libmpi_mpifh``, ``libmpi_usempi*``, ``libmpi_java``) are not the
+    MPI library and are skipped: Horovod's ops link ``libmpi_cxx.so.40`` before ``libmpi.so.40``;
+    Cray MPICH's ``libmpi_cray`` / ``libmpi_gnu_123`` are the library itself.
     """
     for line in ldd_output.splitlines():
-        match = re.match(r"\s*(libmpi(?:_\w+)?\.so[.\d]*)\s*=>\s*(\S+)", line)
+        match = re.match(
+            r"\s*(libmpi(?:_(?!cxx|mpifh|usempi|java)\w+)?\.so[.\d]*)\s*=>\s*(\S+)", line
+        )
         if match:
             soname, target = match.groups()
             return soname, (None if target == "not" else target)

