@@ -83,6 +83,9 @@ class BuildEnv:
     platform: str  # sysconfig platform, e.g. "linux-x86_64"
     mpi: MPIInfo
     gpu_operations: str = ""  # HOROVOD_GPU_OPERATIONS of the build: "" (CPU only) or "NCCL"
+    # sha256 of the patch applied to Horovod's sdist ("" = PyPI's Horovod as released): a stack
+    # whose TensorFlow needs patches/horovod-*.patch (HPCLAB_STACK=py312) gets its own wheels.
+    horovod_patch: str = ""
     # GPU builds only (scripts/gpu_toolkit.py): CUDA "12.2", NCCL "2.16.5", compute caps "70,80,90".
     cuda: str = ""
     nccl: str = ""
@@ -178,8 +181,9 @@ def wheel_cache_key(env: BuildEnv) -> str:
     gpu_part = f"-{env.gpu_operations.lower()}" if env.gpu_operations else ""
     if env.gpu_operations and env.cuda:  # a wheel is only right for its CUDA, NCCL and GPU archs
         gpu_part = f"-nccl{_safe(env.nccl)}-cuda{_safe(env.cuda)}-sm{env.cuda_cc.replace(',', '.')}"
+    patch_part = f"-patch{env.horovod_patch[:10]}" if env.horovod_patch else ""
     return (
-        f"horovod{_safe(env.horovod)}-tf{_safe(env.tensorflow)}-{mpi_part}{gpu_part}"
+        f"horovod{_safe(env.horovod)}-tf{_safe(env.tensorflow)}-{mpi_part}{gpu_part}{patch_part}"
         f"-{env.python_tag}"
     )
 
@@ -196,12 +200,14 @@ _COMPARED = (
     (("mpi", "libmpi"), "MPI library path"),
     (("mpi", "fingerprint"), "MPI fingerprint (mpicc -show and version report)"),
     (("gpu_operations",), "GPU operations (HOROVOD_GPU_OPERATIONS)"),
+    (("horovod_patch",), "patch applied to Horovod's source (sha256)"),
     (("cuda",), "CUDA version"),
     (("nccl",), "NCCL version"),
     (("cuda_cc",), "CUDA compute capabilities (HOROVOD_BUILD_CUDA_CC_LIST)"),
 )
 # Absent from older build.json files: their default.
 _OPTIONAL = {("gpu_operations",): "", ("cuda",): "", ("nccl",): "", ("cuda_cc",): ""}
+_OPTIONAL[("horovod_patch",)] = ""  # wheels built before patches were keyed
 
 
 def wheel_matches(meta: Mapping[str, Any], env: BuildEnv) -> tuple[bool, str]:
@@ -401,8 +407,24 @@ def read_env(environ: Mapping[str, str] = os.environ) -> BuildEnv:
         platform=sysconfig.get_platform(),
         mpi=read_mpi(mpi_mode(environ)),
         gpu_operations=gpu_operations(environ),
+        horovod_patch=horovod_patch(environ),
         **gpu_toolkit(environ),
     )
+
+
+def horovod_patch(environ: Mapping[str, str] = os.environ) -> str:
+    """sha256 of the patch file scripts/setup.sh applies to Horovod (HPCLAB_HOROVOD_PATCH), or ""."""
+    path = environ.get("HPCLAB_HOROVOD_PATCH", "")
+    if not path:
+        return ""
+    try:
+        with open(path, "rb") as f:
+            return hashlib.sha256(f.read()).hexdigest()
+    except OSError as err:
+        raise BuildEnvError(
+            f"HPCLAB_HOROVOD_PATCH={path!r} cannot be read ({err.strerror}); it must name "
+            "the patch file scripts/setup.sh applies (patches/horovod-*.patch)."
+        ) from None
 
 
 def gpu_operations(environ: Mapping[str, str] = os.environ) -> str:

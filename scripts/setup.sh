@@ -2,7 +2,8 @@
 # Bare machine -> working hpclab stack, without root. Called by `make setup`; safe to re-run.
 #
 # Stages (each prints its elapsed time):
-#   1. venv     .venv with Python 3.11 ($HPCLAB_PYTHON, else python3.11, else a python3 that is 3.11)
+#   1. venv     .venv with Python 3.11 ($HPCLAB_PYTHON, else python3.11, else a python3 that is 3.11,
+#               else pyenv's); the py312 stack (HPCLAB_STACK below): Python 3.12 the same way
 #   2. deps     pip install -r requirements/base.in -c requirements/lock.txt; pip install --no-deps -e .
 #               skipped when .venv/hpclab-deps.stamp matches (hash of base.in, lock.txt,
 #               pyproject.toml and the MPI choice)
@@ -38,7 +39,17 @@
 #   HPCLAB_VENV         the virtual environment to set up (default .venv; `make VENV=... setup`).
 #   HPCLAB_WHEEL_CACHE  per-user folder of compiled Horovod wheels, one sub-folder per cache key
 #                       (default ~/.cache/hpclab/wheels; "none" = only the checkout's .cache/wheels).
-#   HPCLAB_PYTHON       interpreter to create the venv with (must be Python 3.11).
+#   HPCLAB_PYTHON       interpreter to create the venv with (Python 3.11; 3.12 for HPCLAB_STACK=py312).
+#   HPCLAB_STACK        which supported stack (`make STACK=py312 setup`; unset: the Python of an
+#                       existing venv, else of HPCLAB_PYTHON, decides, else py311):
+#                       py311  (default) Python 3.11, tensorflow-cpu 2.15.1 (Keras 2.15),
+#                              requirements/lock.txt, Horovod 0.28.1 from PyPI as released;
+#                       py312  Python 3.12, tensorflow 2.21 + tf-keras 2.21 (requirements/base-py312.in
+#                              replaces base.in's TensorFlow, numpy and protobuf lines),
+#                              requirements/lock-py312.txt, Horovod 0.28.1's sdist with
+#                              patches/horovod-0.28.1-tf2.21.patch applied (its hash is in the wheel
+#                              cache key). hpclab sets TF_USE_LEGACY_KERAS=1 there (hpclab/__init__.py).
+#                              PyPI MPI and CPU only for now (HPCLAB_MPI=system and GPU builds: py311).
 #   HPCLAB_BUILD_JOBS   parallel compile jobs for Horovod (default: nproc, at most 8; each job
 #                       needs about 1.5 GB of memory because of the TensorFlow headers).
 set -euo pipefail
@@ -62,6 +73,24 @@ stage() { T_STAGE=$SECONDS; echo "==> [setup] $*"; }
 stage_done() { echo "    [setup] $1 took $((SECONDS - T_STAGE)) s"; }
 die() { echo "setup failed: $*" >&2; exit 1; }
 
+# The stack: HPCLAB_STACK, else the Python of an existing venv, else HPCLAB_PYTHON's, else py311.
+py_minor() { "$1" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null || true; }
+STACK="${HPCLAB_STACK:-}"
+if [[ -z "$STACK" ]]; then
+  STACK_PY=""
+  if [[ -x "$PY" ]]; then STACK_PY="$(py_minor "$PY")"
+  elif [[ -n "${HPCLAB_PYTHON:-}" ]]; then STACK_PY="$(py_minor "$(command -v "$HPCLAB_PYTHON" || echo "$HPCLAB_PYTHON")")"
+  fi
+  if [[ "$STACK_PY" == 3.12 ]]; then STACK=py312; else STACK=py311; fi
+fi
+case "$STACK" in
+  py311) STACK_PYTHON=3.11 LOCK=requirements/lock.txt STACK_IN="" HOROVOD_PATCH="" ;;
+  py312) STACK_PYTHON=3.12 LOCK=requirements/lock-py312.txt STACK_IN=requirements/base-py312.in
+         HOROVOD_PATCH=patches/horovod-0.28.1-tf2.21.patch ;;
+  *) die "HPCLAB_STACK must be 'py311' or 'py312', you set HPCLAB_STACK='$STACK'." ;;
+esac
+# read by scripts/horovod_cache.py: the patch's hash is part of the wheel cache key
+export HPCLAB_HOROVOD_PATCH="${HOROVOD_PATCH:+$ROOT/$HOROVOD_PATCH}"
 case "$MPI_MODE" in
   pypi|system) ;;
   *) die "HPCLAB_MPI must be 'pypi' or 'system', you set HPCLAB_MPI='$MPI_MODE'." ;;
@@ -80,6 +109,9 @@ export HPCLAB_GPU_OPS="$GPU_OPS"  # read by scripts/horovod_cache.py (cache key,
 if [[ "$(uname -m)" == aarch64 && "${HPCLAB_STACK:-py311}" != py312 ]]; then
   die "this machine is aarch64: PyPI has no tensorflow-cpu 2.15.1 for it and its tensorflow 2.15.1 is built without CUDA, so use an x86_64 node, or the site's own TensorFlow 2.15 + Horovod (an NGC container or module; docs/cluster.md, section GPU nodes)."
 fi
+if [[ "$STACK" == py312 && ( "$MPI_MODE" != pypi || -n "$GPU_OPS" ) ]]; then
+  die "the py312 stack is set up with the PyPI MPI on CPU only (HPCLAB_MPI=pypi, HPCLAB_GPU=none); use the default py311 stack for a site MPI or a GPU build."
+fi
 
 # One setup at a time per checkout (two terminals, or `make -j`): the second waits for the first.
 mkdir -p "$CACHE"
@@ -89,27 +121,35 @@ if command -v flock >/dev/null; then
 fi
 
 # ---------------------------------------------------------------------------------------------
-stage "venv: Python 3.11 virtual environment in .venv"
-is_py311() { "$1" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' 2>/dev/null; }
+stage "venv: Python $STACK_PYTHON virtual environment in ${VENV#"$ROOT"/} (stack $STACK)"
+is_stack_python() { [[ "$(py_minor "$1")" == "$STACK_PYTHON" ]]; }  # the stack's Python (3.11 or 3.12)
 if [[ -x "$PY" ]]; then
-  is_py311 "$PY" || die ".venv exists but is not Python 3.11; remove it with \`make clean\` and run \`make setup\` again."
+  is_stack_python "$PY" || die "${VENV#"$ROOT"/} exists but is not Python $STACK_PYTHON (stack $STACK); remove it with \`make clean\` and run \`make setup\` again."
   echo "    .venv exists ($("$PY" -V))"
 else
   BASE_PY=""
-  for candidate in "${HPCLAB_PYTHON:-}" python3.11 python3; do
+  # pyenv's interpreters too: its shims answer only for the versions `pyenv global` names.
+  for candidate in "${HPCLAB_PYTHON:-}" "python$STACK_PYTHON" python3 \
+      "${PYENV_ROOT:-$HOME/.pyenv}"/versions/"$STACK_PYTHON".*/bin/"python$STACK_PYTHON"; do
     [[ -n "$candidate" ]] || continue
     path="$(command -v "$candidate" || true)"
-    if [[ -n "$path" ]] && is_py311 "$path"; then BASE_PY="$path"; break; fi
+    if [[ -n "$path" ]] && is_stack_python "$path"; then BASE_PY="$path"; break; fi
   done
-  [[ -n "$BASE_PY" ]] || die "no Python 3.11 found (tried \$HPCLAB_PYTHON, python3.11, python3); install Python 3.11 or point HPCLAB_PYTHON at one (TensorFlow 2.15 + Horovod 0.28.1 need 3.11)."
-  echo "    creating .venv with $BASE_PY ($("$BASE_PY" -V))"
+  [[ -n "$BASE_PY" ]] || die "no Python $STACK_PYTHON found (tried \$HPCLAB_PYTHON, python$STACK_PYTHON, python3, pyenv's); install Python $STACK_PYTHON or point HPCLAB_PYTHON at one (stack $STACK needs it)."
+  echo "    creating ${VENV#"$ROOT"/} for stack $STACK with $BASE_PY ($("$BASE_PY" -V))"
   "$BASE_PY" -m venv "$VENV"
   "$PY" -m pip install --quiet --upgrade "pip>=24"
 fi
 stage_done venv
 
 # ---------------------------------------------------------------------------------------------
-stage "deps: Python packages from requirements/lock.txt (MPI: $MPI_MODE)"
+stage "deps: Python packages from $LOCK (MPI: $MPI_MODE)"
+STACK_REQS=(-r requirements/base.in)
+if [[ -n "$STACK_IN" ]]; then  # base.in minus the lines the stack's file replaces, plus that file
+  grep -vE '^[[:space:]]*(tensorflow-cpu|numpy|protobuf)[[:space:]]*([<>=!~;#]|$)' requirements/base.in \
+    > "$VENV/hpclab-base-$STACK.in"
+  STACK_REQS=(-r "$VENV/hpclab-base-$STACK.in" -r "$STACK_IN")
+fi
 SYSTEM_MPICC=""
 SYSTEM_MPICXX=""
 if [[ "$MPI_MODE" == system ]]; then
@@ -134,6 +174,7 @@ mpi_show() {  # what the site wrapper adds: MPICH/Intel MPI -show, Open MPI --sh
 stamp_now() {
   {
     cat requirements/base.in requirements/lock.txt pyproject.toml
+    [[ -z "$STACK_IN" ]] || cat "$STACK_IN" "$LOCK"
     echo "mpi=$MPI_MODE gpu=$GPU_OPS"
     if [[ -n "$SYSTEM_MPICC" ]]; then mpi_show; fi
   } | sha256sum | cut -d' ' -f1
@@ -144,7 +185,7 @@ if [[ -f "$STAMP_FILE" && "$(cat "$STAMP_FILE")" == "$STAMP" ]]; then
   echo "    up to date (stamp matches base.in + lock.txt + pyproject.toml)"
 else
   if [[ "$MPI_MODE" == pypi ]]; then
-    "$PY" -m pip install -r requirements/base.in -c requirements/lock.txt
+    "$PY" -m pip install "${STACK_REQS[@]}" -c "$LOCK"
     if [[ "$(cat "$VENV/hpclab-mpi-mode" 2>/dev/null)" == system ]]; then
       # Back from a site MPI: the source-built mpi4py links that MPI; take the PyPI wheels again.
       "$PY" -m pip install --force-reinstall --no-deps --only-binary=mpi4py mpi4py mpich -c requirements/lock.txt
@@ -224,6 +265,16 @@ build_horovod() {  # build_horovod KEY DIR: compile the wheel into DIR with its 
   log="$CACHE/logs/horovod-$key.log"
   echo "    building Horovod $HOROVOD_VERSION ($key) with $jobs jobs; this takes a few minutes; log: ${log#"$ROOT"/}"
   start=$SECONDS
+  local src="horovod==$HOROVOD_VERSION"
+  if [[ -n "$HOROVOD_PATCH" ]]; then  # the sdist, unpacked and patched in the open
+    "$PY" -m pip download --quiet --no-deps --no-binary=horovod -d "$tmp/sdist" "$src" \
+      || die "could not download the Horovod $HOROVOD_VERSION sdist from the package index."
+    mkdir -p "$tmp/src" && tar -xzf "$tmp"/sdist/horovod-*.tar.gz -C "$tmp/src" --strip-components=1
+    patch -d "$tmp/src" -p1 --forward --batch --quiet < "$HOROVOD_PATCH" \
+      || die "$HOROVOD_PATCH does not apply to the Horovod $HOROVOD_VERSION sdist; see patches/README.md."
+    echo "    applied $HOROVOD_PATCH"
+    src="$tmp/src"
+  fi
   # --no-cache-dir: pip's wheel cache is keyed by name+version only and could hand back a Horovod
   # linked against another MPI. --no-build-isolation: compile against the venv's TensorFlow.
   # PATH: the venv's cmake (<4; pip's cmake 4 rejects Horovod's bundled gloo) and, with the
@@ -236,7 +287,7 @@ build_horovod() {  # build_horovod KEY DIR: compile the wheel into DIR with its 
       ${GPU_OPS:+HOROVOD_GPU_OPERATIONS=$GPU_OPS} \
       CMAKE_POLICY_VERSION_MINIMUM=3.5 MAKEFLAGS="-j$jobs" \
       "$PY" -m pip wheel --no-build-isolation --no-deps --no-cache-dir -w "$tmp" \
-      "horovod==$HOROVOD_VERSION" > "$log" 2>&1; then
+      "$src" > "$log" 2>&1; then
     tail -n 40 "$log" >&2
     rm -rf "$tmp"
     die "the Horovod build failed (last lines above, full log in ${log#"$ROOT"/}); check the compiler and MPI it names."
@@ -303,4 +354,4 @@ else
 fi
 stage_done doctor
 
-echo "==> [setup] done in $((SECONDS - T_TOTAL)) s (MPI: $MPI_MODE)"
+echo "==> [setup] done in $((SECONDS - T_TOTAL)) s (stack: $STACK, MPI: $MPI_MODE)"
