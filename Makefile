@@ -31,15 +31,19 @@ test: lint ## lint, then all tests: real MPI engines and Horovod, notebooks, the
 	@scripts/install-hub.sh
 	HPCLAB_REQUIRE_MPI=1 HPCLAB_REQUIRE_SLURM=1 $(PY) -m pytest --durations=30
 
-# The py312 stack's CI subset, chosen by measured durations to fit its CI allowance (7 min on a
-# warm wheel and pip cache): engines, time split, averaging, SDC, CLI and two notebooks.
+# The py312 stack's subset: what the stack changes (TensorFlow, Keras, Horovod, NumPy 2) on real
+# engines: training, precisions, loss scaling, LARS/LAMB, XLA, time split, averaging, SDC, the CLI
+# and two notebooks. The engine-fault tests (killed/hung ranks, controller, mpiexec, full disk)
+# exercise process handling, not the stack, and cost ~3.5 min: the default stack runs them.
 PY312_TESTS := tests/test_stacks.py tests/test_engine.py tests/test_time_split.py \
   tests/test_averaging.py tests/test_sdc.py tests/test_cli.py \
   "tests/test_notebooks.py::test_notebook_runs_top_to_bottom[00_welcome]" \
   "tests/test_notebooks.py::test_notebook_runs_top_to_bottom[03_precision]"
+PY312_SKIP := not killed and not hung and not full_disk
 test-py312: ## set up the py312 stack in .venv-py312 (STACK=py312 setup) and run its CI subset of the tests
 	@$(MAKE) --no-print-directory STACK=py312 VENV=.venv-py312 setup
-	HPCLAB_REQUIRE_MPI=1 .venv-py312/bin/python -m pytest -p no:cacheprovider --durations=15 $(PY312_TESTS)
+	HPCLAB_REQUIRE_MPI=1 .venv-py312/bin/python -m pytest -p no:cacheprovider --durations=15 \
+	  -k "$(PY312_SKIP)" $(PY312_TESTS)
 
 check: lint ## the fast tier (under a minute): lint plus every test that starts no engines and takes seconds at most
 	$(PY) -m pytest -q $(PYTEST_FAST)
