@@ -51,7 +51,9 @@ def test_description_and_files_are_checked_with_one_sentence(signals, tmp_path):
     # a description that is wrong names the field, the value and what is allowed
     bad = Path(shutil.copytree(signals, tmp_path / "bad"))
     _edit(bad, format="parquet")
-    with pytest.raises(ConfigError, match=r"field 'format' must be one of tfrecord, npz, hdf5; it is"):
+    with pytest.raises(
+        ConfigError, match=r"field 'format' must be one of tfrecord, npz, hdf5; it is"
+    ):
         RunConfig(dataset=str(bad)).for_workers(2)
     _edit(bad, format="tfrecord", x={"key": "x", "shape": [0], "dtype": "float32"})
     with pytest.raises(ConfigError, match=r"'x.shape' must be a list of 1 to 3 positive"):
