@@ -186,7 +186,13 @@ def check_versions() -> dict[str, Any]:
                 f"TensorFlow does not import ({err}); run `make setup` to install TensorFlow 2.15.1."
             ) from None
         _row("TensorFlow", tf.__version__)
-        _row("Keras", _dist_version("keras"))
+        # tf.keras is tf_keras where it is installed (the py312 stack; hpclab/__init__.py sets
+        # TF_USE_LEGACY_KERAS=1), not the Keras 3 that TensorFlow >= 2.16 also installs.
+        legacy = _dist_version("tf-keras")
+        if os.environ.get("TF_USE_LEGACY_KERAS") == "1" and legacy != "not installed":
+            _row("Keras", f"{legacy} (tf-keras)")
+        else:
+            _row("Keras", _dist_version("keras"))
 
         try:
             import horovod
