@@ -89,14 +89,31 @@ class TelemetryLog:
         self.epochs = open(paths["epochs"], "w", buffering=1, encoding="utf-8")
         self.ranks = None
         self.rank_keys: list[str] | None = None
+        self.error: str | None = None  # why the log stopped taking rows (a full disk), if it did
         for stale in (paths["ranks"], paths["ranks_meta"]):
             stale.unlink(missing_ok=True)
 
     def add(self, table: str, row: dict) -> None:
-        getattr(self, table).write(json.dumps(row, default=_numpy_scalar) + "\n")
+        if self.error is None:
+            self._guard(
+                lambda: getattr(self, table).write(json.dumps(row, default=_numpy_scalar) + "\n")
+            )
+
+    def _guard(self, write) -> None:
+        """A full disk or a deleted run folder ends the log, never the run: training goes on,
+        the client keeps the rows it received in memory (and says so), and the log's readers
+        stop at its last whole line."""
+        try:
+            write()
+        except OSError as exc:
+            self.error = f"{exc.strerror or exc}: {exc.filename or self.folder}"
 
     def add_ranks(self, step: int, keys: list[str], matrix: np.ndarray) -> None:
         """One row's per-rank lists: [step, *matrix row 0, *matrix row 1, ...] as float64."""
+        if self.error is None:
+            self._guard(lambda: self._add_ranks(step, keys, matrix))
+
+    def _add_ranks(self, step: int, keys: list[str], matrix: np.ndarray) -> None:
         if self.ranks is None:
             self.rank_keys = keys
             meta = {
@@ -118,7 +135,10 @@ class TelemetryLog:
     def close(self) -> None:
         for f in (self.rows, self.epochs, self.ranks):
             if f is not None:
-                f.close()
+                try:
+                    f.close()
+                except OSError:  # the last buffered line did not fit: the log ends before it
+                    pass
 
 
 class Publisher:
