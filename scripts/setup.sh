@@ -116,8 +116,9 @@ fi
 # One setup at a time per checkout (two terminals, or `make -j`): the second waits for the first.
 mkdir -p "$CACHE"
 if command -v flock >/dev/null; then
-  exec 9>"$CACHE/setup.lock"
-  flock -w 3600 9 || die "another \`make setup\` has held .cache/setup.lock for an hour; stop it and try again."
+  LOCK="$CACHE/setup-$(basename "$VENV").lock"  # one setup at a time per venv; other venvs go on
+  exec 9>"$LOCK"
+  flock -w 3600 9 || die "another \`make setup\` has held ${LOCK#"$ROOT"/} for an hour; stop it and try again."
 fi
 
 # ---------------------------------------------------------------------------------------------
