@@ -116,9 +116,9 @@ fi
 # One setup at a time per checkout (two terminals, or `make -j`): the second waits for the first.
 mkdir -p "$CACHE"
 if command -v flock >/dev/null; then
-  LOCK="$CACHE/setup-$(basename "$VENV").lock"  # one setup at a time per venv; other venvs go on
-  exec 9>"$LOCK"
-  flock -w 3600 9 || die "another \`make setup\` has held ${LOCK#"$ROOT"/} for an hour; stop it and try again."
+  SETUP_LOCK="$CACHE/setup-$(basename "$VENV").lock"  # one setup at a time per venv; other venvs go on
+  exec 9>"$SETUP_LOCK"
+  flock -w 3600 9 || die "another \`make setup\` has held ${SETUP_LOCK#"$ROOT"/} for an hour; stop it and try again."
 fi
 
 # ---------------------------------------------------------------------------------------------
