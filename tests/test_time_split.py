@@ -124,9 +124,11 @@ def test_a_30_percent_straggler_lowers_load_balance_and_shows_in_its_compute(lab
     Two ranks sharing two cores with Horovod's polling threads are not always equal: now and
     then one engine runs 5-15 % slower than the other for as long as it lives (runs read 0.94
     with rank 0 slow, 0.74-0.77 with rank 1 slow, where equal ranks read 0.835-0.865). So the
-    same engines first run without a straggler, and the straggler run must show the load
-    balance those measured speeds predict — rank 1's useful time × 1.43 against rank 0's —
-    within 0.03; on equal ranks that is the lesson's 0.85.
+    same engines first run without a straggler, and the straggler run must show a load
+    balance between what equal ranks give (the lesson's 0.85) and what the speeds measured in
+    that first run predict (rank 1's useful time × 1.43 against rank 0's), within 0.03 of that
+    span: the imbalance can also fade between the two runs (seen: base useful 1.309 / 1.191 ms
+    predicting 0.885, then the straggler run read 0.852, the equal-rank value).
 
     On fewer cores than ranks (``taskset -c 0``) the ranks time-slice one core: each rank's
     wall-clock useful time holds the other's work too, the straggler's wait (sized on that
@@ -141,8 +143,10 @@ def test_a_30_percent_straggler_lowers_load_balance_and_shows_in_its_compute(lab
     base = _useful_ms(_steady(base_run))
     run, summary = _until_steady(lab, straggler)
     rows = _steady(run)
-    slowed = base * np.array([1.0, 1.0 + straggler_factor(30)])
+    factor = np.array([1.0, 1.0 + straggler_factor(30)])
+    slowed = base * factor
     expected = float(slowed.mean() / slowed.max())
+    lo, hi = sorted((expected, float(factor.mean() / factor.max())))  # measured speeds / equal
     compute = np.array(rows["rank_compute_ms"].tolist())
     allreduce = np.array(rows["rank_allreduce_ms"].tolist())
     got = {
@@ -159,8 +163,8 @@ def test_a_30_percent_straggler_lowers_load_balance_and_shows_in_its_compute(lab
     # (a failure names what else used the cores meanwhile: the lab's 2 engines should lead)
     why = f"{got}; CPU s: {_busiest(cpu)}"
     assert got["compute_ratio"] >= 1.3 and got["rank0_waits_ms"] > 0, why
-    assert abs(got["lb_windows"] - expected) <= 0.03, why
-    assert abs(got["lb_run"] - expected) <= 0.03, why
+    assert lo - 0.03 <= got["lb_windows"] <= hi + 0.03, why
+    assert lo - 0.03 <= got["lb_run"] <= hi + 0.03, why
 
 
 def test_uneven_batch_shares_load_the_bigger_rank_and_keep_the_global_batch(lab):
