@@ -6,7 +6,6 @@ key, the default stack's key is unchanged, and the stack's files agree with each
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import re
 import subprocess
@@ -19,31 +18,23 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))  # install-time tooling lives beside setup.sh
 
 import horovod_cache as _build  # noqa: E402
-from horovod_cache import BuildEnv, MPIInfo  # noqa: E402
+from horovod_cache import BuildEnv  # noqa: E402
+from test_build_cache import make_env as _default_env  # noqa: E402
 
 PATCH = ROOT / "patches" / "horovod-0.28.1-tf2.21.patch"
 
 
 def make_env(**changes) -> BuildEnv:
-    """A PyPI-MPI environment of the py312 stack."""
-    mpi = MPIInfo(
-        mode="pypi",
-        flavour="mpich",
-        version="5.0.2",
-        mpicc="/repo/.venv-py312/bin/mpicc",
-        libmpi="/repo/.venv-py312/lib/libmpi.so.12",
-        fingerprint="ab" * 32,
-    )
-    env = BuildEnv(
-        horovod="0.28.1",
-        tensorflow="2.21.0",
-        python="3.12.1",
-        python_tag="cp312",
-        platform="linux-x86_64",
-        mpi=mpi,
-        horovod_patch="cd" * 32,
-    )
-    return dataclasses.replace(env, **changes)
+    """A PyPI-MPI environment of the py312 stack (test_build_cache's, moved to 3.12 + TF 2.21)."""
+    py312 = {
+        "tensorflow": "2.21.0",
+        "python": "3.12.1",
+        "python_tag": "cp312",
+        "horovod_patch": "cd" * 32,
+        "mpi_mpicc": "/repo/.venv-py312/bin/mpicc",
+        "mpi_libmpi": "/repo/.venv-py312/lib/libmpi.so.12",
+    }
+    return _default_env(**{**py312, **changes})
 
 
 def test_key_names_python_tf_and_the_patch_hash():
