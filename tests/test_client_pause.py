@@ -12,7 +12,7 @@ from pathlib import Path
 import client_process
 import pytest
 
-pytestmark = [pytest.mark.mpi, pytest.mark.slow, pytest.mark.own_lab]
+pytestmark = [pytest.mark.mpi, pytest.mark.slow, pytest.mark.own_lab, pytest.mark.timing]
 
 ROOT = Path(__file__).resolve().parents[1]
 

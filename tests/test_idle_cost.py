@@ -49,6 +49,7 @@ def cores_over_window(seconds: float = WINDOW_S) -> float:
 @pytest.mark.mpi
 @pytest.mark.slow
 @pytest.mark.own_lab
+@pytest.mark.timing
 def test_an_idle_lab_stops_its_engines_and_the_next_run_starts_them(tmp_path):
     """After one tiny run the lab idles; once `idle_stop_s` has passed (the `stopped` event),
     everything the lab started uses at most 0.05 of a core per engine over 5 s.

@@ -140,6 +140,7 @@ def _spread(a: float, b: float) -> float:
 @pytest.mark.mpi
 @pytest.mark.slow
 @pytest.mark.own_lab
+@pytest.mark.timing
 def test_predictions_hold_on_measurements_they_were_not_fitted_on(tmp_path):
     from hpclab import Lab, RunConfig
 

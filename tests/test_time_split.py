@@ -10,7 +10,7 @@ import pytest
 from hpclab import RunConfig
 from hpclab.core.pop import PARTS, USEFUL, straggler_factor
 
-pytestmark = [pytest.mark.mpi, pytest.mark.slow]
+pytestmark = [pytest.mark.mpi, pytest.mark.slow, pytest.mark.timing]
 
 STEADY_S = 1.0  # rows after this much training, and never the first (tracing, optimising)
 STEADY_ROWS = 6  # telemetry windows a split is judged on (one every publish_every_s)

@@ -217,9 +217,13 @@ def notebook_step(page, server: hubmod.Hub, slurm) -> None:
     points = page.evaluate
     first = wait_for(lambda: max(0, points(PLOT_POINTS_JS)) >= 2 and points(PLOT_POINTS_JS), 240,
                      "the first points", page)  # fmt: skip
-    time.sleep(3)
-    second = page.evaluate(PLOT_POINTS_JS)
-    assert second > first, f"the chart did not grow ({first} → {second})"
+    # the next point is an event to wait for: how soon it comes depends on the machine
+    second = wait_for(
+        lambda: (n := points(PLOT_POINTS_JS)) > first and n,
+        60,
+        f"the chart to grow past {first} points",
+        page,
+    )
     page.evaluate("document.querySelector('.hpclab-panel').scrollIntoView({block: 'start'})")
     screenshot(page, "hub-panel.png")
     page.locator("button.hpclab-stop").click(timeout=90_000)
