@@ -126,6 +126,22 @@ def test_an_output_that_cannot_be_written_is_one_sentence_not_a_traceback(tmp_pa
     assert err.startswith("hpclab plan: /proc/hpclab-nowhere") and err.count("\n") == 1, err
 
 
+def test_b_simple_is_read_where_the_run_reached_the_target_and_set_beside_b_crit():
+    h = pd.DataFrame({"step": [10, 20, 30, 40], "noise_scale": [float("nan"), 80.0, 120.0, 300.0]})
+    assert planner.b_simple_at(h, 30) == 120.0  # the running estimate at the crossing
+    assert planner.b_simple_at(h, 25) == 80.0  # the last value before it
+    assert planner.b_simple_at(h, 10) is None and planner.b_simple_at(h, None) is None
+    fit = planner.fit_statistics(recorded())[0]
+    at = {"global_batch": 128, "lr": 0.1, "step": 30, "workers": 2}
+    (note,) = planner.noise_scale_notes(recorded(b_simple=fit.b_crit / 2, b_simple_at=at), fit)
+    assert note.kind == "measured here" and "ratio 2.00" in note.what and "step 30" in note.what
+    (missing,) = planner.noise_scale_notes(recorded(b_simple_at={**at, "step": None}), fit)
+    assert "not measured (its run did not reach the target)" in missing.what
+    result = planner.plan(measurements=recorded(b_simple=fit.b_crit, b_simple_at=at))
+    assert result.noise_scale["ratio"] == pytest.approx(1.0)
+    assert any("B_simple" in a.what for a in result.allocation.assumptions)
+
+
 # --- held-out checks on real ranks ------------------------------------------------------------
 
 

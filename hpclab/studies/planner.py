@@ -1,7 +1,8 @@
 """`plan(lab)`: a few minutes of measurement on a Lab, the two models fitted to it, and the plan of
 an allocation (:mod:`hpclab.core.allocation`) — time to target and GPU-hours at scale.
 
-What is measured (:func:`measure`, about three minutes on 2 cores with the default model):
+What is measured (:func:`measure`, :mod:`hpclab.studies.plan_measure`; about three minutes on 2
+cores with the default model):
 
 * **communication**, on the lab's 2+ ranks: the bytes of the model's gradients, an allreduce
   size sweep that α and β are fitted to (each size cut into as many tensors as the model has
@@ -28,17 +29,14 @@ plan lists which numbers were measured here, which were entered and which extrap
 
 from __future__ import annotations
 
-import json
-import math
 import statistics as stats
-import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from hpclab.core.allocation import Allocation, Assumption, plan_allocation
 from hpclab.core.config import RunConfig
 from hpclab.core.critical_batch import CriticalBatchFit, best_per_batch, fit_critical_batch
-from hpclab.core.errors import ConfigError, LabError
+from hpclab.core.errors import ConfigError
 from hpclab.core.hardware_model import (
     REST_PARTS,
     Affine,
@@ -47,233 +45,22 @@ from hpclab.core.hardware_model import (
     fit_affine,
     fit_link,
 )
-from hpclab.core.pop import PARTS, USEFUL
+from hpclab.studies.plan_measure import (
+    TARGET,
+    Measurements,
+    b_simple_at,
+    measure,
+    measure_b_simple,
+    measure_comm,
+    measure_compute_share,
+    measure_splits,
+    measure_sweep,
+    steady_split,
+    steps_to_reach,
+)
 
-LOCAL_BATCHES = (16, 64, 256)  # the time split's local batches (rows of the affine fits)
-SPLIT_SAMPLES = 32_000  # samples one rank processes in each time-split run (~1-3 s here)
-SWEEP_BATCHES = (32, 64, 128, 256)  # global batches of the steps-to-target sweep
-LR_FACTORS = (1.0, 2.0, 4.0)  # × the square-root rule's LR at each batch: the per-batch grid
-TARGET = 0.8  # held-out accuracy the default model reaches at every sweep batch
-COMM_SIZES = tuple(2**k for k in range(10, 23, 2))  # 1 KiB .. 4 MiB: the α/β fit's sizes
 PLAN_WORKERS = (1, 2, 4, 8, 16, 32, 64)
 PLAN_BATCHES = (32, 64, 128, 256, 512, 1024, 2048)
-
-
-@dataclass
-class Measurements:
-    """What :func:`measure` measured, as plain JSON-able values."""
-
-    model: str
-    target: float
-    gradient: dict = field(default_factory=dict)  # bytes, tensors, parameters
-    comm: list[dict] = field(default_factory=list)  # bytes, seconds, ranks (the α/β fit)
-    gradient_allreduce: dict | None = None  # bytes, seconds, ranks: held out of the fit
-    compute_share: list[dict] = field(default_factory=list)  # local_batch, alone_s, together_s
-    splits: list[dict] = field(default_factory=list)  # workers, local_batch, step_ms, parts
-    sweep: list[dict] = field(default_factory=list)  # global_batch, lr, steps (None: missed)
-    b_simple: float | None = None
-    seconds: dict = field(default_factory=dict)  # how long each stage took
-
-    def save(self, path: str | Path) -> Path:
-        path = Path(path)
-        path.write_text(json.dumps(asdict(self), indent=1), encoding="utf-8")
-        return path
-
-    @classmethod
-    def load(cls, path: str | Path) -> Measurements:
-        return cls(**json.loads(Path(path).read_text(encoding="utf-8")))
-
-
-# ---------------------------------------------------------------------------------------------
-# measuring on a lab
-# ---------------------------------------------------------------------------------------------
-
-
-def _need_ranks(lab, at_least: int, what: str) -> None:
-    if lab.workers < at_least:
-        raise LabError(
-            f"{what} needs a lab of at least {at_least} ranks; this one has {lab.workers} "
-            f"(lab.restart(workers={at_least}))."
-        )
-
-
-def measure_comm(lab, cfg: RunConfig, m: Measurements, sizes=COMM_SIZES) -> None:
-    """The gradient bytes, the allreduce sweep and the held-out gradient allreduce (≥ 2 ranks)."""
-    from hpclab.rank.probes import gradient_size
-
-    _need_ranks(lab, 2, "measuring communication")
-    d, data_dir = cfg.to_dict(), str(lab.data_dir)
-    m.gradient = lab.apply(gradient_size.gradient_layout, d, data_dir)[0]
-    per_rank = lab.apply(gradient_size.allreduce_times, d, data_dir, [int(s) for s in sizes])
-    ranks = per_rank[0]["ranks"]
-    m.comm = [
-        {
-            "bytes": rows[0]["bytes"],
-            "ranks": ranks,
-            "seconds": stats.median(r["seconds"] for r in rows),
-        }
-        for rows in zip(*(r["sweep"] for r in per_rank), strict=True)
-    ]
-    m.gradient_allreduce = {
-        "bytes": per_rank[0]["gradients"]["bytes"],
-        "ranks": ranks,
-        "seconds": stats.median(r["gradients"]["seconds"] for r in per_rank),
-    }
-
-
-def measure_compute_share(lab, cfg: RunConfig, m: Measurements, local_batches=LOCAL_BATCHES):
-    """One rank's forward/backward alone and with every rank busy, per local batch."""
-    from hpclab.rank.probes import compute_share
-
-    _need_ranks(lab, 2, "measuring computation scalability")
-    d, data_dir = cfg.to_dict(), str(lab.data_dir)
-    everyone = list(range(lab.workers))
-    m.compute_share = []
-    for b in local_batches:
-        alone = lab.apply(compute_share.forward_backward_seconds, d, data_dir, b, [0])
-        both = lab.apply(compute_share.forward_backward_seconds, d, data_dir, b, everyone)
-        m.compute_share.append(
-            {
-                "local_batch": int(b),
-                "ranks": lab.workers,
-                "alone_s": alone[0]["seconds"],
-                "together_s": stats.median(r["seconds"] for r in both),
-            }
-        )
-
-
-def split_config(cfg: RunConfig, local_batch: int) -> RunConfig:
-    """A short timing run: no evaluation, no noise scale, ~SPLIT_SAMPLES samples per rank."""
-    steps = int(min(3000, max(60, SPLIT_SAMPLES // local_batch)))
-    return cfg.replace(
-        batch_per_worker=int(local_batch),
-        max_steps=steps,
-        eval_every=0,
-        noise_scale=False,
-        time_split=True,
-        name=f"planner: time split, local batch {local_batch}",
-    )
-
-
-def steady_split(history, summary: dict) -> dict[str, float]:
-    """Each part of the step in ms over the run's second half: the median of the telemetry
-    windows there (the first steps pay for Horovod's first negotiations and warm caches, and a
-    busy machine's spikes stay out of a median), else the summary's whole-run means."""
-    parts = ("step", *(p for p in PARTS))
-    cols = [f"{p}_ms" for p in parts]
-    if history is not None and len(history) and all(c in history for c in cols):
-        late = history[history["step"] >= history["step"].max() / 2][cols].astype(float).dropna()
-        if len(late) >= 3:
-            return {c: float(late[c].median()) for c in cols}
-    split = summary.get("time_split") or {}
-    return {c: float(split[c]) for c in cols}
-
-
-def measure_splits(lab, cfg: RunConfig, local_batches=LOCAL_BATCHES) -> list[dict]:
-    """Short runs on the lab's ranks: each part of the step in ms (mean over ranks, steady
-    state: :func:`steady_split`) and each rank's useful ms (for POP's load balance)."""
-    out = []
-    for b in local_batches:
-        run = lab.run(split_config(cfg, b))
-        summary = run.wait()
-        split = summary.get("time_split") or {}
-        if not split:
-            raise LabError(f"the time-split run {run.run_id} recorded no time split.")
-        row = {"workers": lab.workers, "local_batch": int(b), "run_id": run.run_id}
-        row.update(steady_split(run.history, summary))
-        per_rank = [split[f"rank_{p}_ms"] for p in USEFUL]
-        row["rank_useful_ms"] = [float(sum(v)) for v in zip(*per_rank, strict=True)]
-        out.append(row)
-    return out
-
-
-def sweep_lr(global_batch: int, factor: float, base_lr: float, base_batch: int) -> float:
-    """The grid's LR: ``factor`` × the square-root rule's LR at ``global_batch``."""
-    return round(factor * base_lr * math.sqrt(global_batch / base_batch), 6)
-
-
-def steps_to_reach(history, target: float) -> int | None:
-    """The first evaluated step whose held-out accuracy ≥ target (None if never)."""
-    if history is None or "eval_accuracy" not in history or "step" not in history:
-        return None
-    hit = history[history["eval_accuracy"].astype(float) >= target]
-    return int(hit["step"].iloc[0]) if len(hit) else None
-
-
-def _run_to_target(lab, cfg: RunConfig, target: float) -> tuple[int | None, str, str]:
-    """Run ``cfg`` until its held-out accuracy first reaches ``target`` (then stop it)."""
-    run = lab.run(cfg)
-    while not run.done:
-        if steps_to_reach(run.history, target) is not None:
-            run.stop()
-            break
-        time.sleep(0.2)
-    summary = run.wait(check=False)
-    return steps_to_reach(run.history, target), str(summary.get("status")), run.run_id
-
-
-def measure_sweep(
-    lab, cfg: RunConfig, batches=SWEEP_BATCHES, factors=LR_FACTORS, target: float = TARGET
-) -> list[dict]:
-    """Steps to ``target`` for each global batch and each LR of its grid, on the lab's ranks."""
-    rows = []
-    for batch in batches:
-        if batch % lab.workers:
-            raise ConfigError(
-                f"batches must divide evenly over the lab's {lab.workers} ranks; {batch} does not."
-            )
-        for factor in factors:
-            lr = sweep_lr(batch, factor, cfg.base_lr, cfg.base_batch)
-            run_cfg = cfg.replace(
-                batch_per_worker=batch // lab.workers,
-                base_lr=lr,
-                base_batch=batch,
-                lr_scaling="none",
-                eval_every=10,
-                noise_scale=False,
-                name=f"planner: steps to {target:g}, batch {batch}, lr {lr:g}",
-            )
-            steps, status, run_id = _run_to_target(lab, run_cfg, target)
-            rows.append(
-                {
-                    "global_batch": batch,
-                    "lr": lr,
-                    "steps": steps,
-                    "status": status,
-                    "run_id": run_id,
-                }
-            )
-    return rows
-
-
-def measure(
-    lab,
-    cfg: RunConfig | None = None,
-    *,
-    target: float = TARGET,
-    local_batches=LOCAL_BATCHES,
-    sweep_batches=SWEEP_BATCHES,
-    lr_factors=LR_FACTORS,
-) -> Measurements:
-    """The whole measurement on ``lab`` (≥ 2 ranks to start with; module doc). The lab is
-    restarted on one rank for the time split and the sweep, then back on its own size."""
-    cfg = cfg or RunConfig()
-    _need_ranks(lab, 2, "the planner's measurement")
-    m = Measurements(model=cfg.model, target=float(target))
-    size = lab.workers
-    t0 = time.monotonic()
-    measure_comm(lab, cfg, m)
-    measure_compute_share(lab, cfg, m, local_batches)
-    m.seconds["communication"] = time.monotonic() - t0
-    t0 = time.monotonic()
-    lab.restart(workers=1)
-    m.splits = measure_splits(lab, cfg, local_batches)
-    m.seconds["time split"] = time.monotonic() - t0
-    t0 = time.monotonic()
-    m.sweep = measure_sweep(lab, cfg, sweep_batches, lr_factors, target)
-    m.seconds["sweep"] = time.monotonic() - t0
-    lab.restart(workers=size)
-    return m
 
 
 # ---------------------------------------------------------------------------------------------
@@ -368,6 +155,20 @@ def sweep_notes(best: list) -> list[Assumption]:
     ]
 
 
+def noise_scale_notes(m: Measurements, fit: CriticalBatchFit) -> list[Assumption]:
+    """The fitted B_crit beside B_simple measured where a run reached the target, or why not."""
+    if not m.b_simple:
+        why = "its run did not reach the target" if m.b_simple_at else "this measurement has none"
+        return [Assumption("measured here", f"B_simple beside B_crit: not measured ({why})")]
+    at = m.b_simple_at or {}
+    where = (
+        f" (at step {at['step']} of a {at['workers']}-rank run at batch {at['global_batch']})"
+        if at.get("step") is not None
+        else ""
+    )
+    return [Assumption("measured here", fit.compare_b_simple(m.b_simple)["sentence"] + where)]
+
+
 @dataclass
 class PlanResult:
     """The plan and everything behind it."""
@@ -377,6 +178,14 @@ class PlanResult:
     statistics: CriticalBatchFit
     best_lr: list
     measurements: Measurements
+
+    @property
+    def noise_scale(self) -> dict | None:
+        """B_crit beside the measured B_simple (:meth:`CriticalBatchFit.compare_b_simple`), or
+        None when the measurement holds no B_simple."""
+        if not self.measurements.b_simple:
+            return None
+        return self.statistics.compare_b_simple(self.measurements.b_simple)
 
 
 def plan(
@@ -416,7 +225,7 @@ def plan(
         workers,
         batches,
         target=f"held-out accuracy {measurements.target:g} ({measurements.model})",
-        notes=sweep_notes(best),
+        notes=[*sweep_notes(best), *noise_scale_notes(measurements, statistics)],
     )
     return PlanResult(allocation, hardware, statistics, best, measurements)
 
@@ -433,4 +242,8 @@ __all__ = [
     "fit_statistics",
     "plan",
     "steps_to_reach",
+    "steady_split",
+    "b_simple_at",
+    "measure_b_simple",
+    "noise_scale_notes",
 ]

@@ -1,0 +1,311 @@
+"""What :func:`hpclab.plan` measures on a Lab, as :class:`Measurements` (JSON: ``save``/``load``).
+
+The stages (about three minutes on 2 cores with the default model; :mod:`hpclab.studies.planner`
+fits and plans from them):
+
+* **communication**, on the lab's 2+ ranks: the bytes of the model's gradients, an allreduce
+  size sweep that α and β are fitted to (each size cut into as many tensors as the model has
+  gradients), and — held out of that fit, timed in the same rounds — one grouped allreduce of
+  tensors shaped like the gradients (:mod:`hpclab.rank.probes.gradient_size`). The sweep
+  allreduces as a training step does (grouped, averaged, inside a compiled function), not as
+  :mod:`comm_probe` does (eager): on a busy machine the compiled call's hand-over to Horovod's
+  background loop adds milliseconds the eager sweep never sees;
+* **computation scalability**, on the same ranks: a forward/backward pass with one rank busy and
+  with all of them (:mod:`hpclab.rank.probes.compute_share`), never from a training run;
+* **the time split**, on one rank: short runs at a few local batches, each part of the step
+  (:mod:`hpclab.core.pop`) averaged over the run;
+* **steps to target**, on one rank (steps to a target do not depend on how many ranks compute
+  the batch): a small grid of learning rates per global batch, each run stopped when its
+  held-out accuracy first reaches the target;
+* **the gradient noise scale** B_simple where a run first reaches the target, on the lab's own
+  ranks (the estimator needs two or more), to set beside the fitted critical batch.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics as stats
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from hpclab.core.config import RunConfig
+from hpclab.core.critical_batch import best_per_batch
+from hpclab.core.errors import ConfigError, LabError
+from hpclab.core.pop import PARTS, USEFUL
+
+LOCAL_BATCHES = (16, 64, 256)  # the time split's local batches (rows of the affine fits)
+SPLIT_SAMPLES = 32_000  # samples one rank processes in each time-split run (~1-3 s here)
+SWEEP_BATCHES = (32, 64, 128, 256)  # global batches of the steps-to-target sweep
+LR_FACTORS = (1.0, 2.0, 4.0)  # × the square-root rule's LR at each batch: the per-batch grid
+TARGET = 0.8  # held-out accuracy the default model reaches at every sweep batch
+COMM_SIZES = tuple(2**k for k in range(10, 23, 2))  # 1 KiB .. 4 MiB: the α/β fit's sizes
+
+
+@dataclass
+class Measurements:
+    """What :func:`measure` measured, as plain JSON-able values."""
+
+    model: str
+    target: float
+    gradient: dict = field(default_factory=dict)  # bytes, tensors, parameters
+    comm: list[dict] = field(default_factory=list)  # bytes, seconds, ranks (the α/β fit)
+    gradient_allreduce: dict | None = None  # bytes, seconds, ranks: held out of the fit
+    compute_share: list[dict] = field(default_factory=list)  # local_batch, alone_s, together_s
+    splits: list[dict] = field(default_factory=list)  # workers, local_batch, step_ms, parts
+    sweep: list[dict] = field(default_factory=list)  # global_batch, lr, steps (None: missed)
+    b_simple: float | None = None  # the gradient noise scale where a run first reached the target
+    b_simple_at: dict | None = None  # that run: global_batch, lr, step, workers
+    seconds: dict = field(default_factory=dict)  # how long each stage took
+
+    def save(self, path: str | Path) -> Path:
+        path = Path(path)
+        path.write_text(json.dumps(asdict(self), indent=1), encoding="utf-8")
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> Measurements:
+        return cls(**json.loads(Path(path).read_text(encoding="utf-8")))
+
+
+# ---------------------------------------------------------------------------------------------
+# measuring on a lab
+# ---------------------------------------------------------------------------------------------
+
+
+def _need_ranks(lab, at_least: int, what: str) -> None:
+    if lab.workers < at_least:
+        raise LabError(
+            f"{what} needs a lab of at least {at_least} ranks; this one has {lab.workers} "
+            f"(lab.restart(workers={at_least}))."
+        )
+
+
+def measure_comm(lab, cfg: RunConfig, m: Measurements, sizes=COMM_SIZES) -> None:
+    """The gradient bytes, the allreduce sweep and the held-out gradient allreduce (≥ 2 ranks)."""
+    from hpclab.rank.probes import gradient_size
+
+    _need_ranks(lab, 2, "measuring communication")
+    d, data_dir = cfg.to_dict(), str(lab.data_dir)
+    m.gradient = lab.apply(gradient_size.gradient_layout, d, data_dir)[0]
+    per_rank = lab.apply(gradient_size.allreduce_times, d, data_dir, [int(s) for s in sizes])
+    ranks = per_rank[0]["ranks"]
+    m.comm = [
+        {
+            "bytes": rows[0]["bytes"],
+            "ranks": ranks,
+            "seconds": stats.median(r["seconds"] for r in rows),
+        }
+        for rows in zip(*(r["sweep"] for r in per_rank), strict=True)
+    ]
+    m.gradient_allreduce = {
+        "bytes": per_rank[0]["gradients"]["bytes"],
+        "ranks": ranks,
+        "seconds": stats.median(r["gradients"]["seconds"] for r in per_rank),
+    }
+
+
+def measure_compute_share(lab, cfg: RunConfig, m: Measurements, local_batches=LOCAL_BATCHES):
+    """One rank's forward/backward alone and with every rank busy, per local batch."""
+    from hpclab.rank.probes import compute_share
+
+    _need_ranks(lab, 2, "measuring computation scalability")
+    d, data_dir = cfg.to_dict(), str(lab.data_dir)
+    everyone = list(range(lab.workers))
+    m.compute_share = []
+    for b in local_batches:
+        alone = lab.apply(compute_share.forward_backward_seconds, d, data_dir, b, [0])
+        both = lab.apply(compute_share.forward_backward_seconds, d, data_dir, b, everyone)
+        m.compute_share.append(
+            {
+                "local_batch": int(b),
+                "ranks": lab.workers,
+                "alone_s": alone[0]["seconds"],
+                "together_s": stats.median(r["seconds"] for r in both),
+            }
+        )
+
+
+def split_config(cfg: RunConfig, local_batch: int) -> RunConfig:
+    """A short timing run: no evaluation, no noise scale, ~SPLIT_SAMPLES samples per rank."""
+    steps = int(min(3000, max(60, SPLIT_SAMPLES // local_batch)))
+    return cfg.replace(
+        batch_per_worker=int(local_batch),
+        max_steps=steps,
+        eval_every=0,
+        noise_scale=False,
+        time_split=True,
+        name=f"planner: time split, local batch {local_batch}",
+    )
+
+
+def steady_split(history, summary: dict) -> dict[str, float]:
+    """Each part of the step in ms over the run's second half: the median of the telemetry
+    windows there (the first steps pay for Horovod's first negotiations and warm caches, and a
+    busy machine's spikes stay out of a median), else the summary's whole-run means."""
+    parts = ("step", *(p for p in PARTS))
+    cols = [f"{p}_ms" for p in parts]
+    if history is not None and len(history) and all(c in history for c in cols):
+        late = history[history["step"] >= history["step"].max() / 2][cols].astype(float).dropna()
+        if len(late) >= 3:
+            return {c: float(late[c].median()) for c in cols}
+    split = summary.get("time_split") or {}
+    return {c: float(split[c]) for c in cols}
+
+
+def measure_splits(lab, cfg: RunConfig, local_batches=LOCAL_BATCHES) -> list[dict]:
+    """Short runs on the lab's ranks: each part of the step in ms (mean over ranks, steady
+    state: :func:`steady_split`) and each rank's useful ms (for POP's load balance)."""
+    out = []
+    for b in local_batches:
+        run = lab.run(split_config(cfg, b))
+        summary = run.wait()
+        split = summary.get("time_split") or {}
+        if not split:
+            raise LabError(f"the time-split run {run.run_id} recorded no time split.")
+        row = {"workers": lab.workers, "local_batch": int(b), "run_id": run.run_id}
+        row.update(steady_split(run.history, summary))
+        per_rank = [split[f"rank_{p}_ms"] for p in USEFUL]
+        row["rank_useful_ms"] = [float(sum(v)) for v in zip(*per_rank, strict=True)]
+        out.append(row)
+    return out
+
+
+def sweep_lr(global_batch: int, factor: float, base_lr: float, base_batch: int) -> float:
+    """The grid's LR: ``factor`` × the square-root rule's LR at ``global_batch``."""
+    return round(factor * base_lr * math.sqrt(global_batch / base_batch), 6)
+
+
+def steps_to_reach(history, target: float) -> int | None:
+    """The first evaluated step whose held-out accuracy ≥ target (None if never)."""
+    if history is None or "eval_accuracy" not in history or "step" not in history:
+        return None
+    hit = history[history["eval_accuracy"].astype(float) >= target]
+    return int(hit["step"].iloc[0]) if len(hit) else None
+
+
+def _run_to_target(lab, cfg: RunConfig, target: float) -> tuple[int | None, str, str]:
+    """Run ``cfg`` until its held-out accuracy first reaches ``target`` (then stop it)."""
+    run = lab.run(cfg)
+    while not run.done:
+        if steps_to_reach(run.history, target) is not None:
+            run.stop()
+            break
+        time.sleep(0.2)
+    summary = run.wait(check=False)
+    return steps_to_reach(run.history, target), str(summary.get("status")), run.run_id
+
+
+def measure_sweep(
+    lab, cfg: RunConfig, batches=SWEEP_BATCHES, factors=LR_FACTORS, target: float = TARGET
+) -> list[dict]:
+    """Steps to ``target`` for each global batch and each LR of its grid, on the lab's ranks."""
+    rows = []
+    for batch in batches:
+        if batch % lab.workers:
+            raise ConfigError(
+                f"batches must divide evenly over the lab's {lab.workers} ranks; {batch} does not."
+            )
+        for factor in factors:
+            lr = sweep_lr(batch, factor, cfg.base_lr, cfg.base_batch)
+            run_cfg = cfg.replace(
+                batch_per_worker=batch // lab.workers,
+                base_lr=lr,
+                base_batch=batch,
+                lr_scaling="none",
+                eval_every=10,
+                noise_scale=False,
+                name=f"planner: steps to {target:g}, batch {batch}, lr {lr:g}",
+            )
+            steps, status, run_id = _run_to_target(lab, run_cfg, target)
+            rows.append(
+                {
+                    "global_batch": batch,
+                    "lr": lr,
+                    "steps": steps,
+                    "status": status,
+                    "run_id": run_id,
+                }
+            )
+    return rows
+
+
+def measure(
+    lab,
+    cfg: RunConfig | None = None,
+    *,
+    target: float = TARGET,
+    local_batches=LOCAL_BATCHES,
+    sweep_batches=SWEEP_BATCHES,
+    lr_factors=LR_FACTORS,
+) -> Measurements:
+    """The whole measurement on ``lab`` (≥ 2 ranks to start with; module doc). The lab is
+    restarted on one rank for the time split and the sweep, then back on its own size."""
+    cfg = cfg or RunConfig()
+    _need_ranks(lab, 2, "the planner's measurement")
+    m = Measurements(model=cfg.model, target=float(target))
+    size = lab.workers
+    t0 = time.monotonic()
+    measure_comm(lab, cfg, m)
+    measure_compute_share(lab, cfg, m, local_batches)
+    m.seconds["communication"] = time.monotonic() - t0
+    t0 = time.monotonic()
+    lab.restart(workers=1)
+    m.splits = measure_splits(lab, cfg, local_batches)
+    m.seconds["time split"] = time.monotonic() - t0
+    t0 = time.monotonic()
+    m.sweep = measure_sweep(lab, cfg, sweep_batches, lr_factors, target)
+    m.seconds["sweep"] = time.monotonic() - t0
+    lab.restart(workers=size)
+    t0 = time.monotonic()
+    measure_b_simple(lab, cfg, m)
+    m.seconds["noise scale"] = time.monotonic() - t0
+    return m
+
+
+def b_simple_at(history, step: int) -> float | None:
+    """The gradient noise scale's running estimate at ``step`` (its last value at or before it)."""
+    if history is None or "noise_scale" not in history or step is None:
+        return None
+    series = history.set_index("step")["noise_scale"].astype(float).dropna()
+    series = series[series.index <= step]
+    return float(series.iloc[-1]) if len(series) and series.iloc[-1] > 0 else None
+
+
+def measure_b_simple(lab, cfg: RunConfig, m: Measurements) -> None:
+    """B_simple = tr Σ / |G|² where a run first reaches the target (McCandlish et al. 2018 read it
+    at the loss the steps are counted to). The estimator needs two or more ranks (each rank's
+    gradient is the small batch, their mean the big one), so this one run is on the lab's own
+    ranks, at the batch whose best LR reached the target in the median number of steps, with
+    that LR. Left ``None`` (and said so by the plan) when the run does not reach the target."""
+    best = best_per_batch((r["global_batch"], r["lr"], r["steps"]) for r in m.sweep)
+    if not best or lab.workers < 2:
+        return
+    pick = sorted(best, key=lambda b: b.steps)[len(best) // 2]
+    if pick.batch % lab.workers:
+        return
+    run_cfg = cfg.replace(
+        batch_per_worker=pick.batch // lab.workers,
+        base_lr=pick.lr,
+        base_batch=pick.batch,
+        lr_scaling="none",
+        eval_every=10,
+        noise_scale=True,
+        name=f"planner: B_simple at {m.target:g}, batch {pick.batch}, lr {pick.lr:g}",
+    )
+    run = lab.run(run_cfg)
+    while not run.done and steps_to_reach(run.history, m.target) is None:
+        time.sleep(0.2)
+    step = steps_to_reach(run.history, m.target)
+    if not run.done:
+        run.stop()
+    run.wait(check=False)
+    m.b_simple = b_simple_at(run.history, step)
+    m.b_simple_at = {
+        "global_batch": pick.batch,
+        "lr": pick.lr,
+        "step": step,
+        "workers": lab.workers,
+        "run_id": run.run_id,
+    }
