@@ -31,6 +31,7 @@ _LAZY = {  # name -> module: ipyparallel and plotly load only when used
     "compare": "hpclab.views.charts.comparison",
     "write_report": "hpclab.views.charts.report",
     "plan": "hpclab.studies.planner",
+    "plan_panel": "hpclab.tools.plan_panel",
 }
 
 
@@ -58,4 +59,5 @@ __all__ = [
     "compare",
     "write_report",
     "plan",
+    "plan_panel",
 ]
