@@ -412,7 +412,9 @@ def _claim_10(runs_dir: Path) -> str:
     smallest batch to the largest, and the allreduce's share of a step grows with the ranks and
     is most of a step at 64 ranks (this host's allreduce latency against a tiny model's
     arithmetic); B_simple was measured where a run reached the target and is shown beside B_crit
-    (their ratio is reported whatever it is). The notebook's 2-rank prediction is reported with its error, not judged: inside
+    (their ratio is reported whatever it is); the steps at the second-largest batch, predicted by
+    S(B) fitted without it, land within 25 % of those measured (plus the 10-step evaluation
+    interval). The notebook's 2-rank prediction is reported with its error, not judged: inside
     a notebook the kernel and its client share the 2 cores with the ranks, a contention the
     1-rank fit does not see (-16 % and -39 % measured here); the planner's held-out checks are
     judged in tests/test_planner.py, where no kernel runs."""
@@ -434,8 +436,13 @@ def _claim_10(runs_dir: Path) -> str:
     predicted = 1e3 * result.hardware.step_s(64, 2)
     noise = result.noise_scale  # B_simple where a 2-rank run reached the target, beside B_crit
     assert noise is not None and noise["b_simple"] > 0, result.measurements.b_simple_at
+    held = planner.held_out_steps(result.best_lr, sorted(best)[-2])
+    # issue 29's aim (25 %) plus the measurement's granularity: steps are read every 10 steps
+    assert abs(held["error"]) <= 0.25 + 10 / held["measured"], held
     return (
-        f"{noise['sentence']} "
+        f"{noise['sentence']} Steps at batch {held['batch']} left out of the fit: predicted "
+        f"{held['predicted']:.0f} ± {held['se']:.0f} vs {held['measured']:.0f} measured "
+        f"({held['error']:+.0%}). "
         f"best-LR steps {best}; allreduce share by ranks "
         f"{ {w: round(v, 2) for w, v in shares.items()} }; 2-rank step at 64 predicted "
         f"{predicted:.3f} ms vs measured {[round(m, 3) for m in measured]} (error "

@@ -142,6 +142,15 @@ def test_b_simple_is_read_where_the_run_reached_the_target_and_set_beside_b_crit
     assert any("B_simple" in a.what for a in result.allocation.assumptions)
 
 
+def test_steps_at_a_batch_left_out_of_the_fit_are_predicted_from_the_others():
+    best = planner.fit_statistics(recorded())[1]  # S(B) = 100 (1 + 200 / B) at the best LR
+    held = planner.held_out_steps(best, 128)
+    assert held["fitted_on"] == [32, 64, 256] and held["measured"] == pytest.approx(256.25)
+    assert held["predicted"] == pytest.approx(256.25, rel=1e-6) and abs(held["error"]) < 1e-6
+    with pytest.raises(ConfigError, match="batch 100 has no best-LR steps"):
+        planner.held_out_steps(best, 100)
+
+
 # --- held-out checks on real ranks ------------------------------------------------------------
 
 

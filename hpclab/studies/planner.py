@@ -141,6 +141,28 @@ def fit_statistics(m: Measurements) -> tuple[CriticalBatchFit, list]:
     return fit_critical_batch([b.batch for b in best], [b.steps for b in best]), best
 
 
+def held_out_steps(best: list, batch: int) -> dict:
+    """S(B) fitted to every best-LR point but ``batch``'s, and its prediction there against the
+    steps measured at ``batch``: the statistical model checked on a point it was not fitted on.
+    ``se`` is the prediction's standard error from the fit alone (the measured steps carry their
+    own granularity: the evaluation interval)."""
+    rest = [b for b in best if b.batch != batch]
+    (left,) = [b for b in best if b.batch == batch] or [None]
+    if left is None:
+        have = [b.batch for b in best]
+        raise ConfigError(f"batch {batch} has no best-LR steps to hold out; batches: {have}.")
+    fit = fit_critical_batch([b.batch for b in rest], [b.steps for b in rest])
+    predicted = fit.predict_steps(batch)
+    return {
+        "batch": batch,
+        "predicted": predicted,
+        "se": fit.steps_se(batch),
+        "measured": left.steps,
+        "error": predicted / left.steps - 1.0,
+        "fitted_on": [b.batch for b in rest],
+    }
+
+
 def sweep_notes(best: list) -> list[Assumption]:
     """What the LR grid leaves open: batches whose best LR sat at the grid's edge."""
     edge = [f"{b.batch} (lr {b.lr:g})" for b in best if b.at_edge]
@@ -246,4 +268,5 @@ __all__ = [
     "b_simple_at",
     "measure_b_simple",
     "noise_scale_notes",
+    "held_out_steps",
 ]
