@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 from fakes import write_run
 
+from hpclab.core.pop import PARTS
 from hpclab.records.store import load_run
 from hpclab.views.charts.batch_charts import accuracy_vs_batch, steps_to_target_chart
 from hpclab.views.charts.comparison import Comparison, compare
@@ -23,7 +24,7 @@ from hpclab.views.charts.outcomes import (
     steps_to_target,
     time_to_target,
 )
-from hpclab.views.charts.scaling_charts import scaling_efficiency, scaling_series
+from hpclab.views.charts.scaling_charts import pop_factors, scaling_efficiency, scaling_series
 
 SAMPLES = 20_000  # MNIST-1D samples generated for these runs
 TRAIN = 16_000  # 20 % of them are held out for validation
@@ -284,6 +285,33 @@ def test_scaling_efficiency_relative_to_smallest_worker_count(tmp_path):
     eff = [t for t in fig.data if t.xaxis == "x2" and t.mode == "lines+markers"]
     assert len(eff) == 1 and "relative to N=2" in eff[0].name
     np.testing.assert_allclose(eff[0].y, [1.0, 24 / (4 * 8)])  # T_1 taken as 16k / 2
+
+
+def test_pop_factors_take_each_weak_e_n_apart_from_the_runs_time_splits(tmp_path):
+    def split(n: int, compute: float, allreduce: float) -> dict:
+        parts = {"compute": compute, "host": 0.2, "allreduce": allreduce}
+        return {f"rank_{p}_ms": [parts.get(p, 0.0)] * n for p in PARTS}
+
+    paths = [
+        write_run(
+            tmp_path,
+            num_samples=SAMPLES,
+            batch_per_worker=16,
+            workers=n,
+            val_accs=[0.5],
+            samples_per_sec=t,
+            summary={"time_split": split(n, c, a)},
+        )
+        for n, t, c, a in ((1, 10_000.0, 1.0, 0.0), (2, 12_000.0, 1.6, 0.4))
+    ]
+    paths.append(
+        write_run(tmp_path, num_samples=SAMPLES, batch_per_worker=32, workers=1, val_accs=[0.5])
+    )
+    (row,) = pop_factors(paths).to_dict("records")  # the lone batch-32 run forms no series
+    assert row["workers"] == 2 and row["E (throughput)"] == pytest.approx(0.6)
+    assert row["computation scalability"] == pytest.approx(1.2 / 1.8)
+    assert row["comm efficiency"] == pytest.approx(1.8 / 2.2) and row["load balance"] == 1.0
+    assert row["E (split)"] == pytest.approx(1.2 / 2.2)
 
 
 def test_scaling_efficiency_without_series_says_why(tmp_path):

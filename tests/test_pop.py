@@ -5,7 +5,15 @@ import math
 import numpy as np
 import pytest
 
-from hpclab.core.pop import PARTS, STEP_PARTS, USEFUL, efficiencies, split, straggler_factor
+from hpclab.core.pop import (
+    PARTS,
+    STEP_PARTS,
+    USEFUL,
+    efficiencies,
+    split,
+    straggler_factor,
+    weak_scaling_factors,
+)
 
 
 def parts(**per_rank) -> dict:
@@ -76,3 +84,43 @@ def test_the_input_share_is_the_mean_input_time_over_the_window():
     eff = efficiencies(parts(input=[3.0, 1.0], compute=[5.0, 7.0], allreduce=[0.0, 2.0]))
     assert eff["input_share"] == pytest.approx((3.0 + 1.0) / 2 / 10.0)  # T: rank 1's 10 s
     assert math.isnan(efficiencies(parts(compute=[0.0, 0.0]))["input_share"])
+
+
+def _split_of(per_rank: dict[str, list[float]]) -> dict:
+    return {
+        f"rank_{name}_ms": per_rank.get(name, [0.0] * len(per_rank["compute"])) for name in PARTS
+    }
+
+
+def test_weak_scaling_factors_multiply_to_the_ratio_of_step_times():
+    # one rank: 1.0 ms compute + 0.3 ms of other useful work + 0.05 ms untimed rest of the call;
+    # two ranks: each computes 1.5 ms (they share cores), rank 1 a little more, and both wait in
+    # the allreduce (rank 0 also for rank 1)
+    ref = _split_of(
+        {"compute": [1.0], "input": [0.1], "apply": [0.1], "host": [0.1], "sync": [0.05]}
+    )
+    run = _split_of(
+        {
+            "compute": [1.5, 1.6],
+            "input": [0.1, 0.1],
+            "apply": [0.1, 0.1],
+            "host": [0.1, 0.1],
+            "allreduce": [0.5, 0.4],
+            "sync": [0.05, 0.05],
+        }
+    )
+    f = weak_scaling_factors(ref, run)
+    t_ref, t_run = 1.35, max(1.5 + 0.3 + 0.55, 1.6 + 0.3 + 0.45)  # busiest rank's total
+    assert f["efficiency"] == pytest.approx(t_ref / t_run)
+    assert f["computation_scalability"] == pytest.approx(1.3 / 1.85)  # useful 1.3 -> 1.8, 1.9
+    assert f["load_balance"] == pytest.approx(1.85 / 1.9)
+    assert f["comm_efficiency"] == pytest.approx(1.9 / t_run)
+    assert f["reference_parallel_efficiency"] == pytest.approx(1.3 / 1.35)
+
+
+def test_ranks_that_only_add_communication_keep_a_computation_scalability_of_one():
+    ref = _split_of({"compute": [1.0, 1.0]})
+    run = _split_of({"compute": [1.0, 1.0, 1.0, 1.0], "allreduce": [0.25] * 4})
+    f = weak_scaling_factors(ref, run)
+    assert f["computation_scalability"] == pytest.approx(1.0)
+    assert f["efficiency"] == pytest.approx(f["comm_efficiency"]) == pytest.approx(0.8)

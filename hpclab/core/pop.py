@@ -79,6 +79,41 @@ def efficiencies(parts: dict[str, np.ndarray]) -> dict[str, float]:
     }
 
 
+def weak_scaling_factors(reference: dict, run: dict) -> dict[str, float]:
+    """POP's factors of a weak-scaling efficiency, from two runs' time splits (``time_columns``:
+    per-rank ``rank_<part>_ms`` per step) at the same per-rank batch: ``reference`` on fewer
+    ranks (usually one), ``run`` on more. POP's global efficiency is parallel efficiency times
+    computation scalability (Wagner et al. 2017; the POP metrics, pop-coe.eu)::
+
+        computation scalability  CompScal = mean_r(useful_r | reference) / mean_r(useful_r | run)
+        E = T_ref / T_run = LB x CommE x CompScal / PE_ref
+
+    per step, with ``T`` the busiest rank's total (the split's own clock) and ``PE_ref`` the
+    reference's parallel efficiency (below 1 even on one rank: the call's untimed rest). With
+    equal work per rank, CompScal < 1 means each rank's own work got slower when more ranks ran
+    at once (shared cores, memory bandwidth, caches): not communication, not imbalance. The
+    factors multiply to ``efficiency`` exactly; a throughput-measured E(N) differs from it by
+    what the split's clock does not see (evaluation, the first window)."""
+
+    def parts(split: dict) -> dict[str, np.ndarray]:
+        return {name: np.asarray(split[f"rank_{name}_ms"], dtype=float) for name in PARTS}
+
+    ref, new = parts(reference), parts(run)
+    useful = {k: sum(v[name] for name in USEFUL) for k, v in (("ref", ref), ("new", new))}
+    pe_ref, pe = efficiencies(ref), efficiencies(new)
+    comp = float(np.mean(useful["ref"])) / float(np.mean(useful["new"]))
+    factors = {
+        "load_balance": pe["load_balance"],
+        "comm_efficiency": pe["comm_efficiency"],
+        "computation_scalability": comp,
+        "reference_parallel_efficiency": pe_ref["parallel_efficiency"],
+    }
+    factors["efficiency"] = (
+        factors["load_balance"] * factors["comm_efficiency"] * comp / pe_ref["parallel_efficiency"]
+    )
+    return factors
+
+
 def straggler_factor(slowdown_pct: float) -> float:
     """Extra compute time, as a fraction of the step's own, of a rank running at
     ``100 - slowdown_pct`` percent of its speed: 30 % slower speed means 1/0.7 = 1.43x the time,
@@ -86,4 +121,12 @@ def straggler_factor(slowdown_pct: float) -> float:
     return 1.0 / (1.0 - slowdown_pct / 100.0) - 1.0
 
 
-__all__ = ["PARTS", "STEP_PARTS", "USEFUL", "split", "efficiencies", "straggler_factor"]
+__all__ = [
+    "PARTS",
+    "STEP_PARTS",
+    "USEFUL",
+    "split",
+    "efficiencies",
+    "weak_scaling_factors",
+    "straggler_factor",
+]

@@ -42,7 +42,7 @@ from hpclab.views.charts.outcomes import (
     time_done,
     time_to_target,
 )
-from hpclab.views.charts.scaling_charts import scaling_efficiency, scaling_series
+from hpclab.views.charts.scaling_charts import pop_factors, scaling_efficiency, scaling_series
 from hpclab.views.charts.skeleton import RUN_COLORS
 
 __all__ = [
@@ -58,6 +58,7 @@ __all__ = [
     "facts_of",
     "final_val_accuracy",
     "ideal_inverse_batch",
+    "pop_factors",
     "scaling_efficiency",
     "scaling_series",
     "series_names",

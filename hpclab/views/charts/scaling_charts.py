@@ -5,6 +5,8 @@
   (:func:`hpclab.core.metrics.efficiency`).
 * :func:`scaling_efficiency` — throughput and E(N) vs workers, weak scaling (fixed per-worker
   batch) and strong scaling (fixed global batch) drawn apart.
+* :func:`pop_factors` — each weak-scaling E(N) taken apart into POP's factors (load balance,
+  communication efficiency, computation scalability) from the runs' time splits.
 
 Runs may be given as Runs, RunRecords or run folder paths. Static plotly figures, no widgets.
 """
@@ -15,9 +17,11 @@ from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from hpclab.core import pop
 from hpclab.core.engine_settings import THROUGHPUT_FIELDS
 from hpclab.core.metrics import efficiency
 from hpclab.views.charts.facts import facts_of, text
@@ -139,9 +143,42 @@ def scaling_series(records: Iterable[Any], rate: str = "training") -> list[dict]
                     "ci95": [ci[n] for n in ns],
                     "t1": t1,
                     "efficiency": [efficiency(tn[n], t1, n) for n in ns],
+                    "runs": {n: [f for f, _, _ in members if f.workers == n] for n in ns},
                 }
             )
     return out
+
+
+def pop_factors(records: Iterable[Any]) -> pd.DataFrame:
+    """Each weak-scaling series' E(N) taken apart into POP's factors
+    (:func:`hpclab.core.pop.weak_scaling_factors`): load balance x communication efficiency x
+    computation scalability / the reference's parallel efficiency, beside the E(N) the
+    throughput gives. One row per series and worker count above its smallest; runs without a
+    time split are left out."""
+    rows = []
+    for s in scaling_series(records):
+        if s["kind"] != "weak":
+            continue
+        base = s["workers"][0]
+        ref = s["runs"][base][0].summary.get("time_split")
+        for n, e in zip(s["workers"][1:], s["efficiency"][1:]):
+            split = s["runs"][n][0].summary.get("time_split")
+            if not ref or not split:
+                continue
+            f = pop.weak_scaling_factors(ref, split)
+            rows.append(
+                {
+                    "series": s["name"],
+                    "workers": n,
+                    "E (throughput)": e,
+                    "E (split)": f["efficiency"],
+                    "load balance": f["load_balance"],
+                    "comm efficiency": f["comm_efficiency"],
+                    "computation scalability": f["computation_scalability"],
+                    f"PE at {base}": f["reference_parallel_efficiency"],
+                }
+            )
+    return pd.DataFrame(rows)
 
 
 def scaling_efficiency(records: Iterable[Any], rate: str = "training") -> go.Figure:
