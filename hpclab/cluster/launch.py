@@ -29,6 +29,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hpclab.cluster.gpu_env import dropped_note, inherited_gpu_vars, unset_prefix
 from hpclab.cluster.profiles import Profile
 from hpclab.cluster.site_mpi import default_srun_mpi
 from hpclab.core.errors import ConfigError, LabError
@@ -70,6 +71,7 @@ class LaunchPlan:
     controller_args: tuple[str, ...] = ()
     job_name: str = ""  # Slurm step/job name, used to find and cancel it
     srun_mpi: str = ""  # modes srun, sbatch: the srun --mpi= plugin
+    env_unset: tuple[str, ...] = ()  # inherited variables the launch command starts without
     registration_timeout_s: float = LOCAL_REGISTRATION_S
     queue_timeout_s: float = 0.0  # mode sbatch only
     notes: tuple[str, ...] = field(default=())  # why the plan looks like this, one line each
@@ -100,6 +102,8 @@ class LaunchPlan:
             out["controller_ip"] = self.controller_ip
         if self.ports:
             out["ports"] = self.ports
+        if self.env_unset:
+            out["env_unset"] = list(self.env_unset)
         return out
 
     def ipp_config(self):
@@ -111,14 +115,15 @@ class LaunchPlan:
         c.EngineLauncher.engine_args = ["--timeout=30"]  # ipyparallel's 5 s is short on busy nodes
         if self.engine_cmd:
             c.EngineLauncher.engine_cmd = list(self.engine_cmd)
+        unset = unset_prefix(self.env_unset)  # hpclab.cluster.gpu_env
         if self.mode in ("mpiexec", "srun"):
-            c.MPILauncher.mpi_cmd = list(self.launch_cmd)
+            c.MPILauncher.mpi_cmd = [*unset, *self.launch_cmd]
             c.MPILauncher.mpi_args = list(self.launch_args)
         else:
             c.SlurmEngineSetLauncher.batch_template = self.batch_script
             c.SlurmEngineSetLauncher.batch_file_name = self.batch_file  # absolute: joins to itself
             c.SlurmEngineSetLauncher.output_file = self.output_file
-            c.SlurmEngineSetLauncher.submit_command = list(self.submit_command)
+            c.SlurmEngineSetLauncher.submit_command = [*unset, *self.submit_command]
             # --parsable prints "jobid[;cluster]"; anchor so a warning's number is never taken
             c.SlurmEngineSetLauncher.job_id_regexp = r"^(\d+)"
             c.SlurmEngineSetLauncher.job_id_regexp_group = 1
@@ -256,6 +261,13 @@ def plan_launch(
         **(horovod or {}),
         **profile.environment.vars,  # a profile's own network settings win
     }
+    if profile.node.gpus and profile.node.gpu_binding == "per_task" and mode != "mpiexec":
+        # the value of the engines' own --gpus-per-task=1, for srun (which reads it as that
+        # option) and for the ranks (hpclab.core.devices.pick_gpu reads it as the binding)
+        engine_env.setdefault("SLURM_GPUS_PER_TASK", "1")
+    env_unset = inherited_gpu_vars(env, mode, keep=engine_env)
+    if env_unset:
+        notes.append(dropped_note(env, env_unset))
     job_name = f"hpclab-{cluster_id}"
     engine_cmd = ()
     if profile.launch.engine_prefix or profile.launch.python:
@@ -275,6 +287,7 @@ def plan_launch(
         controller_location=location,
         ports=profile.network.ports,
         job_name=job_name,
+        env_unset=env_unset,
     )
     slurm = profile.slurm
     if mode == "mpiexec":
