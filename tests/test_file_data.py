@@ -52,7 +52,7 @@ def test_description_and_files_are_checked_with_one_sentence(signals, tmp_path):
     bad = Path(shutil.copytree(signals, tmp_path / "bad"))
     _edit(bad, format="parquet")
     with pytest.raises(
-        ConfigError, match=r"field 'format' must be one of tfrecord, npz, hdf5; it is"
+        ConfigError, match=r"field 'format' must be one of tfrecord, npy, npz, hdf5; it is"
     ):
         RunConfig(dataset=str(bad)).for_workers(2)
     _edit(bad, format="tfrecord", x={"key": "x", "shape": [0], "dtype": "float32"})

@@ -58,6 +58,10 @@ def example(x: np.ndarray, y: int) -> bytes:
 
 
 def _write(path: Path, fmt: str, x: np.ndarray, y: np.ndarray) -> None:
+    if fmt == "npy":  # a shard is a pair: NAME.x.npy and NAME.y.npy (hpclab.core.filedata)
+        np.save(f"{path}.x.npy", x)
+        np.save(f"{path}.y.npy", y)
+        return
     if fmt == "npz":
         np.savez(path, x=x, y=y)
         return
@@ -85,7 +89,7 @@ def make(
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
-    ext = {"tfrecord": "tfrecord", "npz": "npz", "hdf5": "h5"}[fmt]
+    ext = {"tfrecord": ".tfrecord", "npy": "", "npz": ".npz", "hdf5": ".h5"}[fmt]
     desc = {
         "format": fmt,
         "x": {"key": "x", "shape": [length], "dtype": "float32"},
@@ -97,7 +101,7 @@ def make(
     val_files = max(1, files // 4)
     for split, count in (("train", files), ("validation", val_files)):
         for i in range(count):
-            name = f"{split}-{i:05d}.{ext}"
+            name = f"{split}-{i:05d}{ext}"
             _write(folder / name, fmt, *signals(records, length, rng))
             desc[split].append({"file": name, "records": records})
     (folder / "dataset.json").write_text(json.dumps(desc, indent=1))
@@ -107,7 +111,7 @@ def make(
 if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("folder")
-    p.add_argument("--format", default="tfrecord", choices=("tfrecord", "npz", "hdf5"))
+    p.add_argument("--format", default="tfrecord", choices=("tfrecord", "npy", "npz", "hdf5"))
     p.add_argument("--files", type=int, default=8)
     p.add_argument("--records", type=int, default=512, help="records per file")
     p.add_argument("--length", type=int, default=64, help="samples per signal")

@@ -31,8 +31,9 @@ DATASET_INPUT = {
 #: stream (read from the files during training by a tf.data pipeline: hpclab.rank.stream).
 INPUTS = ("auto", "resident", "stream")
 #: Where a file dataset is read from: the shared file system where it lies, or node-local
-#: storage it is copied to before training ($HPCLAB_LOCAL_DIR, else $TMPDIR, else /tmp).
-STAGINGS = ("shared", "local")
+#: storage it is copied to before training ($HPCLAB_LOCAL_DIR, else $TMPDIR, else /tmp), or
+#: packed there into one file with an index (hpclab.rank.pack).
+STAGINGS = ("shared", "local", "pack")
 
 # -- models -----------------------------------------------------------------------------------
 MODELS = ("mlp", "cnn1d", "resnet20", "resnet50", "linear")

@@ -4,7 +4,7 @@ A file dataset is a folder with a ``dataset.json`` and the shard files it names
 (``RunConfig.dataset`` = the folder's path; a relative path is made absolute where the config
 is made). The description::
 
-    {"format": "tfrecord",                       # or "npz", "hdf5"
+    {"format": "tfrecord",                       # or "npy", "npz", "hdf5"
      "x": {"key": "x", "shape": [64], "dtype": "float32"},   # dtype: float32 or uint8
      "y": {"key": "y"},                          # int labels 0 .. classes-1
      "classes": 10,
@@ -16,6 +16,11 @@ is made). The description::
   ``tf.io.parse_example`` + ``tf.io.decode_raw``. A file's framing (length and its masked
   CRC-32C, the TFRecord format of ``tensorflow/core/lib/io/record_writer.cc``) is checked here,
   without TensorFlow; its features are checked on every rank before the first step.
+* ``npy``: a shard is a pair of plain NumPy files named by the entry's ``file`` and the keys:
+  ``{"file": "train-00000", ...}`` is ``train-00000.x.npy`` (``x`` ``[records, *shape]``) and
+  ``train-00000.y.npy`` (``y`` ``[records]``) for keys ``x`` and ``y`` — the ``.npz`` layout with
+  the archive unpacked. Both headers are read here; the ranks map the files
+  (``np.load(mmap_mode="r")``) and read only the records they are dealt.
 * ``npz``: each file a NumPy ``.npz`` holding ``x`` ``[records, *shape]`` and ``y``
   ``[records]``; both array headers are read here (``numpy.lib.format``), not the data.
 * ``hdf5``: each file an HDF5 file with datasets ``x`` and ``y`` shaped as for ``npz`` (read
@@ -42,7 +47,7 @@ from pathlib import Path
 from hpclab.core.errors import ConfigError
 
 DESCRIPTION = "dataset.json"
-FORMATS = ("tfrecord", "npz", "hdf5")
+FORMATS = ("tfrecord", "npy", "npz", "hdf5")
 DTYPES = ("float32", "uint8")
 #: auto input: resident when the decoded float32 training data a rank holds fits in this many MiB
 RESIDENT_LIMIT_MB = 512
@@ -127,7 +132,16 @@ def _check(folder: Path, raw) -> dict:
             if not ok or not isinstance(n, int) or isinstance(n, bool) or n < 1:
                 raise _bad(folder, split, e, 'a list of {"file": name, "records": n >= 1}')
             p = (folder / e["file"]).resolve()
-            if not p.is_file():
+            if raw["format"] == "npy":
+                if not all(Path(f).is_file() for f in npy_pair(str(p), x["key"], y["key"])):
+                    raise _bad(
+                        folder,
+                        f"{split}.file",
+                        e["file"],
+                        f"a shard name NAME with NAME.{x['key']}.npy and NAME.{y['key']}.npy "
+                        "in the folder",
+                    )
+            elif not p.is_file():
                 raise _bad(folder, f"{split}.file", e["file"], "a file in the folder")
             files.append(str(p))
             counts.append(n)
@@ -136,10 +150,22 @@ def _check(folder: Path, raw) -> dict:
     return d
 
 
+def npy_pair(shard: str, kx: str, ky: str) -> tuple[str, str]:
+    """The two files of an ``npy`` shard: ``NAME.<x key>.npy`` and ``NAME.<y key>.npy``."""
+    return f"{shard}.{kx}.npy", f"{shard}.{ky}.npy"
+
+
+def shard_files(d: dict, shard: str) -> list[str]:
+    """The files on disk behind one ``train_files``/``validation_files`` entry (two for npy)."""
+    if d["format"] == "npy":
+        return list(npy_pair(shard, d["x"]["key"], d["y"]["key"]))
+    return [shard]
+
+
 def check_files(folder: str | Path) -> None:
     """Every file is what the description says (a ConfigError naming the first that is not):
-    TFRecord framing of its first record, or an npz's ``x``/``y`` headers against the shape,
-    dtype and record count. Reads a few bytes per file, not the data."""
+    TFRecord framing of its first record, or the ``x``/``y`` headers of an npy pair, an npz or an
+    HDF5 file against the shape, dtype and record count. Reads a few bytes per file, not the data."""
     d = describe(folder)
     for split in ("train", "validation"):
         for path, n in zip(d[f"{split}_files"], d[f"{split}_counts"]):
@@ -187,6 +213,29 @@ def _npz_problem(path: str, d: dict, records: int) -> str:
     return _shapes_problem(shapes, d, records)
 
 
+def _npy_header(path: str) -> tuple[tuple, str, bool]:
+    """(shape, dtype, fortran_order) from a ``.npy`` header (``numpy.lib.format``), no data."""
+    import numpy as np
+
+    with open(path, "rb") as f:
+        version = np.lib.format.read_magic(f)
+        shape, fortran, dtype = np.lib.format._read_array_header(f, version)
+    return tuple(shape), str(dtype), fortran
+
+
+def _npy_problem(shard: str, d: dict, records: int) -> str:
+    shapes = {}
+    for key, path in zip((d["x"]["key"], d["y"]["key"]), shard_files(d, shard)):
+        try:
+            shape, dtype, fortran = _npy_header(path)
+        except (OSError, ValueError) as exc:
+            return f"{Path(path).name} is not a .npy file ({exc})"
+        if fortran:  # a record must be one contiguous run of bytes to be read alone
+            return f"{Path(path).name} is stored in Fortran order; save it in C order"
+        shapes[key] = (shape, dtype)
+    return _shapes_problem(shapes, d, records)
+
+
 def _shapes_problem(shapes: dict, d: dict, records: int) -> str:
     """'' if x is [records, *shape] of the described dtype and y [records] integers."""
     keys = (d["x"]["key"], d["y"]["key"])
@@ -230,7 +279,12 @@ def resident(cfg, workers: int) -> bool:
     return decoded_mb(d, held) <= RESIDENT_LIMIT_MB
 
 
-_PROBLEMS = {"tfrecord": _tfrecord_problem, "npz": _npz_problem, "hdf5": _hdf5_problem}
+_PROBLEMS = {
+    "tfrecord": _tfrecord_problem,
+    "npy": _npy_problem,
+    "npz": _npz_problem,
+    "hdf5": _hdf5_problem,
+}
 
 
 # -- CRC-32C (Castagnoli), masked as TFRecord masks it ------------------------------------------
@@ -267,6 +321,8 @@ __all__ = [
     "is_file_dataset",
     "describe",
     "check_files",
+    "npy_pair",
+    "shard_files",
     "resident",
     "decoded_mb",
     "masked_crc32c",

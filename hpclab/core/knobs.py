@@ -206,8 +206,9 @@ KNOBS: tuple[Knob, ...] = (
              "classes", lo=2, hi=100_000),
         Knob("input", "choice", "auto", "file dataset: resident (read whole), stream (tf.data "
              "from the files) or auto (resident when it fits)", "input", choices=INPUTS),
-        Knob("stage", "choice", "shared", "file dataset: read where it lies (shared) or copy "
-             "it to node-local storage first (local)", "staging", choices=STAGINGS),
+        Knob("stage", "choice", "shared", "file dataset: read where it lies (shared), copy it "
+             "to node-local storage first (local), or pack its files into one there (pack, "
+             "FanStore's idea: one open instead of one per file)", "staging", choices=STAGINGS),
         Knob("stream_buffer", "int", 4096, "stream: records in each rank's shuffle buffer",
              "shuffle buffer", lo=1, hi=10_000_000, step=1024),
     ),

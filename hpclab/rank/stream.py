@@ -15,7 +15,9 @@ A file dataset (:mod:`hpclab.core.filedata`) reaches the step one of two ways
 Sharding rule: **by file** when the training files divide evenly among the ranks (their number a
 multiple of the world size) and hold equal record counts, so every rank reads only its files and
 holds the same number of records; else **by record** (every rank reads every file and keeps every
-world-th record: ``Dataset.shard``, correct for any layout, at world× the reads).
+world-th record: ``Dataset.shard``, correct for any layout, at world× the reads). npy shards
+stream (shard, record index) pairs and a batch's rows are read from memory maps after the
+shard and the shuffle, so by record too a rank reads only its own records.
 Shuffling: ``local`` — a rank's files in a new order each epoch (seeded per rank) and a buffer of
 ``stream_buffer`` records; ``global`` — the file order is one permutation per epoch, the same on
 every rank (seeded by the run's seed and the epoch), dealt out anew, then the buffer. The stream
@@ -24,8 +26,9 @@ in the buffer at an epoch's edge.
 
 Staging (``RunConfig.stage="local"``): before training one rank per node copies the files to
 node-local storage (``$HPCLAB_LOCAL_DIR``, else ``$TMPDIR``, else ``/tmp``; a copy whose size and
-modification time match is kept) — FanStore's idea (TACC) without its packing — timed, and the
-pipeline reads the copies. Validation files are always read whole (resident, every rank).
+modification time match is kept), timed, and the pipeline reads the copies; ``stage="pack"``
+writes them once per node into one pack file read through one open (:mod:`hpclab.rank.pack`,
+after FanStore, arXiv:1809.10799). Validation files are always read whole (resident, every rank).
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
-from hpclab.core.filedata import describe, resident
+from hpclab.core.filedata import describe, npy_pair, resident, shard_files
 
 SEED_STRIDE = 1_000_003  # as hpclab.rank.feed: distinct streams per rank and run seed
 PROBE_BATCHES = 20  # batches the pipeline's own timing reads before training
@@ -52,37 +55,31 @@ def local_root() -> Path:
     return Path(env.get("HPCLAB_LOCAL_DIR") or env.get("TMPDIR") or "/tmp")
 
 
-def stage(d: dict, folder: str, copier: bool) -> tuple[dict, dict]:
-    """The description with its files moved to node-local copies, and what staging did. Only a
-    ``copier`` rank (local rank 0) copies; the caller's barrier makes the others wait for it."""
+def stage_dir(folder: str) -> Path:
+    """Where a dataset's node-local copy or pack lives (one per user and source folder)."""
     digest = hashlib.sha256(str(folder).encode()).hexdigest()[:10]
-    target = local_root() / f"hpclab-stage-{os.getuid()}" / f"{Path(folder).name}-{digest}"
+    return local_root() / f"hpclab-stage-{os.getuid()}" / f"{Path(folder).name}-{digest}"
+
+
+def stage(d: dict, folder: str, copier: bool, how: str = "local") -> tuple[dict, dict]:
+    """The description with its files moved to node-local copies (``how="local"``) or to a pack
+    (``"pack"``, :mod:`hpclab.rank.pack`), and what staging did. Only a ``copier`` rank (local
+    rank 0) writes; the caller's barrier makes the others wait for it."""
+    target = stage_dir(folder)
+    if how == "pack":
+        from hpclab.rank import pack
+
+        return pack.write(d, folder, target / "pack", writer=copier)
     t0, copied, kept = time.perf_counter(), 0, 0
     moved = dict(d)
     for split in ("train", "validation"):
-        paths = []
-        for src in d[f"{split}_files"]:
-            dst = target / Path(src).relative_to(folder)
-            paths.append(str(dst))
-            if not copier:
-                continue
-            st = os.stat(src)
-            try:
-                same = (lambda s: (s.st_size, int(s.st_mtime)))(os.stat(dst)) == (
-                    st.st_size,
-                    int(st.st_mtime),
-                )
-            except OSError:
-                same = False
-            if same:
-                kept += st.st_size
-                continue
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            tmp = dst.with_name(dst.name + f".{os.getpid()}.tmp")
-            shutil.copy2(src, tmp)
-            os.replace(tmp, dst)  # (a reader never sees half a file)
-            copied += st.st_size
-        moved[f"{split}_files"] = paths
+        moved[f"{split}_files"] = [
+            str(target / Path(s).relative_to(folder)) for s in d[f"{split}_files"]
+        ]
+        for shard in d[f"{split}_files"] if copier else ():
+            for src in shard_files(d, shard):
+                n, same = _copy(src, target / Path(src).relative_to(folder))
+                copied, kept = copied + (0 if same else n), kept + (n if same else 0)
     info = {
         "to": str(target),
         "copied_mb": copied / 2**20,
@@ -90,6 +87,22 @@ def stage(d: dict, folder: str, copier: bool) -> tuple[dict, dict]:
         "seconds": time.perf_counter() - t0,
     }
     return moved, info
+
+
+def _copy(src: str, dst: Path) -> tuple[int, bool]:
+    """(bytes, whether a copy of the same size and modification time was already there)."""
+    st = os.stat(src)
+    try:
+        s = os.stat(dst)
+        if (s.st_size, int(s.st_mtime)) == (st.st_size, int(st.st_mtime)):
+            return st.st_size, True
+    except OSError:
+        pass
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dst.with_name(dst.name + f".{os.getpid()}.tmp")
+    shutil.copy2(src, tmp)
+    os.replace(tmp, dst)  # (a reader never sees half a file)
+    return st.st_size, False
 
 
 # -- reading ---------------------------------------------------------------------------------
@@ -102,6 +115,14 @@ def _decode(d: dict):
         x = tf.cast(x, tf.float32)
         return x / 255.0 if dtype == tf.uint8 else x
 
+    if d["format"] == "npy":  # (shard, record index) pairs: the rows read here, mapped
+        rows = _NpyRows(d)
+
+        def gather(shards, index):
+            x, y = tf.numpy_function(rows, [shards, index], (dtype, tf.int64))
+            return scale(tf.ensure_shape(x, [None, *shape])), tf.cast(y, tf.int32)
+
+        return gather
     if d["format"] != "tfrecord":  # arrays already (npz, hdf5)
         return lambda x, y: (scale(x), tf.cast(y, tf.int32))
     spec = {kx: tf.io.FixedLenFeature([], tf.string), ky: tf.io.FixedLenFeature([], tf.int64)}
@@ -115,21 +136,71 @@ def _decode(d: dict):
     return parse
 
 
+class _NpyRows:
+    """Rows of npy shards by (shard, index), read from memory maps (``np.load(mmap_mode="r")``,
+    one map per file and pipeline): a rank's batch touches only the pages of its records."""
+
+    def __init__(self, d: dict):
+        self.keys, self.maps, self.pack = (d["x"]["key"], d["y"]["key"]), {}, d.get("pack")
+        self.xdtype, self.shape = np.dtype(d["x"]["dtype"]), tuple(d["input_shape"])
+
+    def _mapped(self, path: str) -> np.ndarray:
+        m = self.maps.get(path)
+        if m is None:
+            load = self.pack.mapped if self.pack else lambda p: np.load(p, mmap_mode="r")
+            m = self.maps[path] = load(path)
+        return m
+
+    def __call__(self, shards: np.ndarray, index: np.ndarray):
+        x = np.empty((len(index), *self.shape), self.xdtype)
+        y = np.empty(len(index), np.int64)
+        for shard in np.unique(shards):
+            at = np.flatnonzero(shards == shard)
+            px, py = npy_pair(shard.decode(), *self.keys)
+            x[at], y[at] = self._mapped(px)[index[at]], self._mapped(py)[index[at]]
+        return x, y
+
+
+def _path(p) -> str:
+    """A file name that tf.numpy_function passed (bytes, or a 0-d array eagerly)."""
+    return (p if isinstance(p, bytes) else p.item()).decode()
+
+
 def _reader(d: dict):
-    """A function of one file name → a dataset of its records (serialized, or (x, y) arrays)."""
+    """A function of one file name → a dataset of its records (serialized, (x, y) arrays, or
+    for npy (shard, record index) pairs that :func:`_decode` reads)."""
+    pack = d.get("pack")  # stage="pack": every file's bytes come from the node's pack
+    if d["format"] == "tfrecord" and pack:
+
+        def records(f):
+            serialized = tf.numpy_function(lambda p: pack.records(_path(p)), [f], tf.string)
+            return tf.data.Dataset.from_tensor_slices(tf.ensure_shape(serialized, [None]))
+
+        return records
     if d["format"] == "tfrecord":
         return lambda f: tf.data.TFRecordDataset(f, buffer_size=1 << 20)
+    if d["format"] == "npy":
+        names = d["train_files"] + d["validation_files"]
+        counts = tf.lookup.StaticHashTable(
+            tf.lookup.KeyValueTensorInitializer(
+                tf.constant(names),
+                tf.constant(d["train_counts"] + d["validation_counts"], tf.int64),
+            ),
+            default_value=0,
+        )
+        return lambda f: tf.data.Dataset.range(counts.lookup(f)).map(lambda i: (f, i))
     kx, ky, shape = d["x"]["key"], d["y"]["key"], list(d["input_shape"])
     dtype = tf.as_dtype(d["x"]["dtype"])
 
     def load(path):
-        path = (path if isinstance(path, bytes) else path.item()).decode()  # (0-d eagerly)
+        path = _path(path)
+        src = pack.file(path) if pack else path
         if d["format"] == "hdf5":
             import h5py
 
-            with h5py.File(path, "r") as f:
+            with h5py.File(src, "r") as f:
                 return f[kx][()], f[ky][()].astype(np.int64)
-        with np.load(path) as z:
+        with np.load(src) as z:
             return z[kx], z[ky].astype(np.int64)
 
     def read(f):
@@ -175,17 +246,18 @@ def pipeline(d: dict, cfg, rank: int, world: int, batch: int) -> tf.data.Dataset
             order = shuffle(tf.range(n), key)
         else:  # by record, local: every rank reads the files in one fixed order
             order = tf.range(n)
-        return tf.data.Dataset.from_tensor_slices(tf.gather(files, order))
+        # an epoch's files read in parallel, interleaved within the epoch only: by file the
+        # next epoch holds the same files, so records of two epochs never mix here. In order:
+        # by record every rank must see the one record stream it shards.
+        return tf.data.Dataset.from_tensor_slices(tf.gather(files, order)).interleave(
+            read,
+            cycle_length=min(4, n // world if split_files else n),
+            num_parallel_calls=tf.data.AUTOTUNE,
+            deterministic=True,
+        )
 
+    read = _reader(d)
     ds = tf.data.Dataset.range(MAX_EPOCHS).flat_map(epoch_files)
-    ds = ds.interleave(
-        _reader(d),
-        cycle_length=min(4, n),
-        num_parallel_calls=tf.data.AUTOTUNE,
-        # in order: by record every rank must see one record stream, and by file an epoch's
-        # files must end before the next epoch's (the same files) begin
-        deterministic=True,
-    )
     if not split_files:
         ds = ds.shard(world, rank)
     ds = ds.shuffle(cfg.stream_buffer, seed=cfg.seed * SEED_STRIDE + rank)
@@ -259,8 +331,8 @@ def for_rank(cfg, plan, rank: int, world: int, local_rank: int, barrier):
         d = describe(cfg.dataset)
         info = {"format": d["format"], "files": len(d["train_files"]), "stage": None}
         info["mode"] = "resident" if resident(cfg, world) else "stream"
-        if cfg.stage == "local":
-            d, info["stage"] = stage(d, cfg.dataset, copier=local_rank == 0)
+        if cfg.stage in ("local", "pack"):
+            d, info["stage"] = stage(d, cfg.dataset, copier=local_rank == 0, how=cfg.stage)
     except Exception as exc:  # noqa: BLE001 — any failure must reach the barrier, not hang it
         failure = exc
     if barrier(failed=failure is not None):  # staged (or failed) everywhere
@@ -269,6 +341,8 @@ def for_rank(cfg, plan, rank: int, world: int, local_rank: int, barrier):
         )
     try:
         out = _source(cfg, plan, d, rank, world, info)
+        if d.get("pack"):
+            info["stage"]["pack_opens"] = d["pack"].opens  # (up to the first step)
     except Exception as exc:  # noqa: BLE001 — as above: every rank learns of it
         failure = exc
     if barrier(failed=failure is not None):
@@ -299,6 +373,11 @@ def _source(cfg, plan, d, rank, world, info):
     ds = pipeline(d, cfg, rank, world, B)
     source = StreamedShard(ds, batch=B, steps_per_epoch=plan.steps_per_epoch, aug=aug)
     info["sharding"] = "by_file" if by_file(d, world) else "by_record"
+    reads = len(d["train_files"]) // world if by_file(d, world) else len(d["train_files"])
+    # counted from the readers' rule: a tfrecord, npz or hdf5 reader opens each file it reads
+    # every epoch; npy memory maps (and a pack) are opened once per run
+    reopen = d["format"] != "npy" and not d.get("pack")
+    info["file_opens_per_epoch"] = reads if reopen else 0
     info["probe_s_per_batch"] = source.probe()
     info["read_s"] = time.perf_counter() - t0
     return source, val
