@@ -25,7 +25,14 @@ from hpclab.cluster import host, profiles, site_mpi
 from hpclab.cluster.engines import EngineSet
 from hpclab.cluster.host import find_mpiexec
 from hpclab.cluster.idle import IdleStop, check_after
-from hpclab.cluster.lab_args import LAUNCHERS, check_args, check_groups, settings_of
+from hpclab.cluster.lab_args import (
+    LAUNCHERS,
+    check_args,
+    check_groups,
+    cpus_for,
+    settings_of,
+    threads_for,
+)
 from hpclab.cluster.launch import plan_launch
 from hpclab.cluster.profiles import Profile
 from hpclab.cluster.resume import prepare as prepare_resume
@@ -63,6 +70,8 @@ class Lab:
     run or `apply` starts them again. `gpus=` says the ranks must have GPUs (None: when the
     profile's node.gpus asks for them): a rank that sees none fails the start with a sentence
     naming it; each rank's GPU (index, uuid, name) is in `lab.ranks` (hpclab.core.devices).
+    `threads_per_worker` (-c and OMP_NUM_THREADS; None: 1, or 2 on GPU ranks as the CPUs allow,
+    hpclab.cluster.lab_args.threads_for; the profile's node.threads_per_worker wins).
 
     What Horovod reads once, at ``hvd.init()``, is the lab's, not a run's:
     ``engine_settings=EngineSettings(cycle_time_ms=..., fusion_mb=...)``
@@ -81,7 +90,7 @@ class Lab:
         profile: str | Path | Profile | None = None,
         nodes: int = 0,
         launcher: str | None = None,
-        threads_per_worker: int = 1,
+        threads_per_worker: int | None = None,
         runs_dir: str | Path | None = None,
         data_dir: str | Path | None = None,
         start_timeout: float | None = None,
@@ -104,7 +113,7 @@ class Lab:
         self.nodes = nodes
         # GPUs the ranks expect (None: the profile's node.gpus): a rank that sees none fails the start
         self.gpus = self.profile.node.gpus if gpus is None else devices.check_gpus_arg(gpus)
-        self.threads_per_worker = threads_per_worker
+        self._threads_asked = threads_per_worker  # None: 1, or 2 on GPU ranks (_threads)
         self.start_timeout = start_timeout
         default_runs, default_data = profiles.folders(self.profile)
         self.runs_dir = paths.check_folder(runs_dir or default_runs, "runs_dir")  # before any
@@ -118,6 +127,7 @@ class Lab:
         self.view = None
         self.ranks: list[dict] = []
         self.plan = None  # the LaunchPlan of the running engines (hpclab.cluster.launch)
+        self.threads_per_worker = self._threads(workers)
         self.current_run: Run | None = None
         self.startup_s: float | None = None
         # controller_s, queue_s (a Slurm job waiting), engines_s (registered), tf_import_s and
@@ -138,6 +148,16 @@ class Lab:
             return self.plan.mode
         mode = self.profile.launch.mode
         return mode if mode != "auto" else ("srun" if os.environ.get("SLURM_JOB_ID") else "mpiexec")
+
+    def _threads(self, workers: int) -> int:
+        """Threads per worker for `workers` (hpclab.cluster.lab_args.threads_for: the profile's,
+        else the one passed, else 2 on GPU ranks as the CPUs allow, else 1)."""
+        cpus = cpus_for(self.launcher, dict(os.environ), os.cpu_count())
+        node = self.profile.node.threads_per_worker
+        threads, why = threads_for(self._threads_asked, node, self.gpus, workers, cpus)
+        if self._threads_asked is None and self.gpus > 0:
+            log.info("threads_per_worker=%d: %s", threads, why)
+        return threads
 
     # -- lifecycle ------------------------------------------------------------------------------
     def make_plan(self):
@@ -264,7 +284,7 @@ class Lab:
         ``settings`` (:class:`EngineSettings`); with ``cfg``, started with the settings its run
         needs (:meth:`EngineSettings.for_run`), so that run restarts nothing."""
         if workers is not None:
-            check_args(workers, None, self.threads_per_worker, self.start_timeout, self.nodes, None)
+            check_args(workers, None, self._threads_asked, self.start_timeout, self.nodes, None)
         n = self.workers if workers is None else workers
         if settings is None:  # the current ones; groups that no longer divide the ranks: none
             wanted = self._settings.for_workers(n)
@@ -272,6 +292,7 @@ class Lab:
             wanted = settings_of(settings, 1)  # (checks its type)
         check_groups(n, wanted.groups)
         self.workers = n
+        self.threads_per_worker = self._threads(n)
         self._settings = wanted if cfg is None else wanted.for_run(cfg, n)
         self.stop()
         self.start()

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import os
 
+from hpclab.cluster.launch import cpus_in_allocation
 from hpclab.core.catalog import MAX_THREADS_PER_WORKER, MAX_WORKERS
 from hpclab.core.engine_settings import EngineSettings
 from hpclab.core.errors import ConfigError
 
 # launcher= overrides the profile's launch mode (hpclab.cluster.profiles.MODES)
 LAUNCHERS = {mode: mode for mode in ("auto", "mpiexec", "srun", "sbatch")}
+#: Threads per worker on a GPU rank when none were asked for: the thread TensorFlow launches GPU
+#: kernels from must not share one core with Horovod's background thread, which polls for
+#: tensors to reduce every cycle_time_ms (docs/cluster.md, "GPU nodes").
+GPU_THREADS = 2
 
 
 def _is_count(value, low: int, high: int) -> bool:
@@ -32,10 +37,12 @@ def check_args(
             "Slurm allocation) or 'sbatch' (engines as a Slurm job), or None to follow the "
             f"profile; you passed launcher={launcher!r}."
         )
-    if not _is_count(threads_per_worker, 1, MAX_THREADS_PER_WORKER):
+    if threads_per_worker is not None and not _is_count(
+        threads_per_worker, 1, MAX_THREADS_PER_WORKER
+    ):
         raise ConfigError(
             "Lab.threads_per_worker must be an integer from 1 to "
-            f"{MAX_THREADS_PER_WORKER}; "
+            f"{MAX_THREADS_PER_WORKER}, or None (1, or {GPU_THREADS} on GPU ranks); "
             f"you passed threads_per_worker={threads_per_worker!r}."
         )
     if not _is_count(nodes, 0, MAX_WORKERS):
@@ -59,6 +66,36 @@ def check_args(
             "profile, which pass --mpi=, -c and --overlap as needed."
         )
     check_groups(workers, groups)
+
+
+def threads_for(
+    asked: int | None, profile_threads: int, gpus: int, workers: int, cpus: int | None
+) -> tuple[int, str]:
+    """(threads per worker, why): the profile's ``node.threads_per_worker`` when it sets one (it
+    wins, as in `hpclab.cluster.launch.plan_launch`); else what ``Lab(threads_per_worker=...)``
+    asked; else :data:`GPU_THREADS` when the ranks use GPUs (`gpus` > 0: ``Lab(gpus=...)`` or
+    the profile's ``node.gpus``), lowered to what `cpus` (the CPUs the `workers` may use
+    together; None: unknown) allow; else 1."""
+    if profile_threads:
+        return profile_threads, "the profile's node.threads_per_worker"
+    if asked is not None:
+        return asked, "threads_per_worker as passed"
+    if gpus <= 0:
+        return 1, "the default on CPU ranks"
+    threads = GPU_THREADS
+    if cpus is not None and workers * threads > cpus:
+        threads = max(1, cpus // workers)
+        return threads, f"GPU ranks get {GPU_THREADS}, but {workers} workers share {cpus} CPUs"
+    return threads, f"the default on GPU ranks ({GPU_THREADS}: TensorFlow's and Horovod's threads)"
+
+
+def cpus_for(mode: str, env: dict[str, str], cpu_count: int | None) -> int | None:
+    """The CPUs a lab's workers may use together: under ``srun`` the allocation's
+    (``SLURM_JOB_CPUS_PER_NODE``), under ``mpiexec`` this machine's `cpu_count`, under
+    ``sbatch`` unknown (the engines' job asks for its own)."""
+    if mode == "srun":
+        return cpus_in_allocation(env)
+    return cpu_count if mode == "mpiexec" else None
 
 
 def check_groups(workers: int, groups) -> None:
@@ -89,4 +126,12 @@ def settings_of(engine_settings, groups: int) -> EngineSettings:
     return engine_settings
 
 
-__all__ = ["LAUNCHERS", "check_args", "check_groups", "settings_of"]
+__all__ = [
+    "GPU_THREADS",
+    "LAUNCHERS",
+    "check_args",
+    "check_groups",
+    "cpus_for",
+    "settings_of",
+    "threads_for",
+]

@@ -156,7 +156,7 @@ class LaunchPlan:
         return kwargs
 
 
-def _cpus_in_allocation(env: dict[str, str]) -> int | None:
+def cpus_in_allocation(env: dict[str, str]) -> int | None:
     """Total CPUs of the allocation from SLURM_JOB_CPUS_PER_NODE ("4(x2),2" -> 10), or None."""
     spec = env.get("SLURM_JOB_CPUS_PER_NODE", "")
     if not spec:
@@ -316,7 +316,7 @@ def plan_launch(
         "--export=ALL",
     ]
     if mode == "srun":
-        total = _cpus_in_allocation(env)
+        total = cpus_in_allocation(env)
         if total is not None and workers * threads > total:
             raise ConfigError(
                 f"{workers} workers x {threads} threads need {workers * threads} CPUs, but this "

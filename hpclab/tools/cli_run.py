@@ -77,9 +77,9 @@ def _add_lab_options(parser: argparse.ArgumentParser, *, many: bool) -> None:
     group.add_argument(
         "--threads-per-worker",
         type=positive_int,
-        default=1,
+        default=None,
         metavar="N",
-        help="CPU threads per worker (default: 1)",
+        help="CPU threads per worker (default: 1, or 2 on GPU ranks as the CPUs allow)",
     )
     group.add_argument(
         "--profile",
