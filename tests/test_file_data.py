@@ -152,3 +152,49 @@ def test_a_model_of_your_own_trains_on_streamed_tfrecords_and_failures_are_sente
     assert "rank 1 raised" in broken.error and "cannot be built on rank 1" in broken.error
     assert garbled.status == "failed"
     assert "file 'train-00000.tfrecord' is not what dataset.json says" in garbled.error
+
+
+def test_the_panels_dataset_menu_offers_folders_and_takes_a_typed_path(signals, tmp_path):
+    from hpclab.views.panel.folders import find
+    from hpclab.views.panel.panel import Panel
+
+    root = tmp_path / "data"
+    mine = make_dataset.make(root / "lab" / "mine", files=2, records=128)  # two levels down
+    (root / ".hidden").mkdir()
+    (root / "notes").mkdir()  # a folder without a dataset.json is not offered
+    assert find(root) == [mine.resolve()] and find(tmp_path / "absent") == []
+    panel = Panel(None, workers=2, data_root=root, dashboard=False)
+    w = panel.widgets
+    menu = dict(w["dataset"].options)  # label -> value
+    assert menu["lab/mine/"] == str(mine.resolve()) and menu["mnist1d"] == "mnist1d"
+    assert w["input"].disabled and w["stage"].disabled  # a catalogue dataset: theirs are fixed
+    # picking the folder: its models (1-D signals), its knobs, a valid config of it
+    w["dataset"].value = str(mine.resolve())
+    assert "cnn1d" in w["model"].options and "resnet20" not in w["model"].options
+    assert not w["input"].disabled and w["num_samples"].disabled
+    w["input"].value, w["stage"].value = "stream", "pack"
+    cfg = panel.config_from_widgets()
+    assert (cfg.dataset, cfg.input, cfg.stage) == (str(mine.resolve()), "stream", "pack")
+    assert panel.config_error is None
+    # a typed path: a folder elsewhere is added and picked; a wrong one is a sentence
+    w["dataset_path"].value = str(tmp_path / "nowhere")
+    assert "is not a folder" in w["dataset_note"].value
+    assert w["dataset"].value == str(mine.resolve())
+    w["dataset_path"].value = str(signals)
+    assert (
+        w["dataset"].value == str(signals) and str(signals) in dict(w["dataset"].options).values()
+    )
+    assert panel.config_from_widgets().dataset == str(signals) and panel.config_error is None
+    # back to the catalogue: the folder's knobs return to theirs, the config stays valid
+    w["dataset"].value = "mnist1d"
+    assert (w["input"].value, w["stage"].value) == ("auto", "shared") and panel.config_error is None
+
+
+def test_the_panel_keeps_your_own_model_on_a_folder(signals):
+    from hpclab.views.panel.panel import Panel
+
+    base = RunConfig(model="my_model:small_cnn", dataset=str(signals), epochs=1)
+    panel = Panel(None, workers=2, base=base, dashboard=False)
+    w = panel.widgets
+    assert w["dataset"].value == str(signals) and w["model"].value == "my_model:small_cnn"
+    assert panel.config_from_widgets() == base

@@ -28,7 +28,8 @@ from hpclab.core import presets
 from hpclab.core.catalog import STAGED_DATASETS
 from hpclab.core.config import RunConfig
 from hpclab.core.errors import ConfigError, LabError
-from hpclab.views.panel import text
+from hpclab.core.filedata import is_file_dataset
+from hpclab.views.panel import folders, text
 from hpclab.views.panel.widgets import (
     KNOBS,
     PREFERRED_MODELS,
@@ -50,6 +51,8 @@ class Panel:
     base:    the RunConfig the knobs start from; fields without a knob (steps_per_call, seed, …)
              are taken from it unchanged.
     preset:  without `base`, the named preset (:mod:`hpclab.core.presets`) it starts from instead.
+    data_root: where the dataset menu looks for folders with a dataset.json (default: the lab's
+             data_dir; :mod:`hpclab.views.panel.folders`).
     """
 
     def __init__(
@@ -60,6 +63,7 @@ class Panel:
         base: RunConfig | None = None,
         preset: str = "workshop",
         dashboard: bool = True,
+        data_root: Any = None,
     ):
         if base is not None and not isinstance(base, RunConfig):
             raise ConfigError(f"Panel.base must be a RunConfig; you passed {type(base).__name__}.")
@@ -78,7 +82,8 @@ class Panel:
         if workers is None:
             workers = getattr(lab, "workers", None) or 2
 
-        self.widgets = w = build_widgets(self.base, workers)
+        root = data_root if data_root is not None else getattr(lab, "data_dir", None)
+        self.widgets = w = build_widgets(self.base, workers, root)
 
         self.dashboard = None
         if dashboard:
@@ -87,6 +92,10 @@ class Panel:
             self.dashboard = Dashboard(title="")
 
         w["dataset"].observe(self._on_dataset, names="value")
+        w["dataset_path"].observe(
+            lambda _change: folders.take_path(w["dataset"], w["dataset_path"], w["dataset_note"]),
+            names="value",
+        )
         for name in ("workers", *KNOBS):
             if name != "dataset":
                 w[name].observe(lambda _change: self._refresh(), names="value")
@@ -111,19 +120,26 @@ class Panel:
     # -- reacting to knobs ------------------------------------------------------------------------
     def _on_dataset(self, _change: Any = None) -> None:
         w = self.widgets
-        fits = models_for(w["dataset"].value)
+        fits = models_for(w["dataset"].value, keep=w["model"].value)
         if tuple(w["model"].options) != tuple(fits):
             keep = w["model"].value
             if keep not in fits:
                 keep = next((m for m in PREFERRED_MODELS if m in fits), fits[0])
             w["model"].options = fits
             w["model"].value = keep
-        staged = w["dataset"].value in STAGED_DATASETS
-        w["num_samples"].disabled = staged
+        staged, files = w["dataset"].value in STAGED_DATASETS, is_file_dataset(w["dataset"].value)
+        w["num_samples"].disabled = staged or files
+        for name, plain in (("input", "auto"), ("stage", "shared")):  # a folder's knobs only
+            w[name].disabled = not files
+            if not files:
+                w[name].value = plain
+        size = (
+            "its dataset.json gives its size" if files else "it is read from data/ (stage it first)"
+        )
         w["samples_hint"].value = (
             f"<div style='color:{text.GREY};font-size:12px'>{text.esc(w['dataset'].value)} has a "
-            "fixed size and is read from data/ (stage it first)</div>"
-            if staged
+            f"fixed size: {size}</div>"
+            if staged or files
             else ""
         )
         self._refresh()

@@ -14,16 +14,17 @@ from __future__ import annotations
 from typing import Any
 
 from hpclab.core.catalog import MAX_WORKERS
-from hpclab.core.catalog import models_for as _models_for
 from hpclab.core.config import RunConfig
 from hpclab.core.knobs import knob
-from hpclab.views.panel import sections
+from hpclab.views.panel import folders, sections
 from hpclab.views.panel.controls import DESC, NARROW, WIDE, control, labelled
 from hpclab.views.panel.text import GREY
 
 # The knobs that have a control; every other field comes from the panel's `base` config.
 KNOBS = (
     "dataset",
+    "input",
+    "stage",
     "model",
     "num_samples",
     "epochs",
@@ -70,14 +71,16 @@ PRECISION_HINT = (
 )
 
 
-def models_for(dataset: str) -> list[str]:
-    """Models RunConfig accepts for `dataset` (the rule lives in hpclab.core.catalog)."""
-    return list(_models_for(dataset))
+def models_for(dataset: str, keep: Any = None) -> list[str]:
+    """Models RunConfig accepts for `dataset` (the rule lives in hpclab.core.catalog; a folder's
+    in hpclab.views.panel.folders), with `keep` when it is your own model."""
+    return folders.models_for(dataset, keep)
 
 
-def build_widgets(base: RunConfig, workers: int) -> dict[str, Any]:
-    """Every widget of the panel by name: the KNOBS (starting at `base`'s values), `workers`,
-    the notes and hints, `overlay`, `derived`, `run`, `stop` and `status`."""
+def build_widgets(base: RunConfig, workers: int, data_root: Any = None) -> dict[str, Any]:
+    """Every widget of the panel by name: the KNOBS (starting at `base`'s values; the dataset
+    menu with the folders under `data_root`), `workers`, the folder field, the notes and hints,
+    `overlay`, `derived`, `run`, `stop` and `status`."""
     import ipywidgets as W
 
     b = base
@@ -91,14 +94,19 @@ def build_widgets(base: RunConfig, workers: int) -> dict[str, Any]:
         layout=NARROW,
     )
     w["workers_note"] = W.HTML()
+    menus = {
+        "model": models_for(b.dataset, b.model),
+        "dataset": folders.options(data_root, b.dataset),
+    }
     for name in KNOBS:  # bounds, choices, label and tooltip from the knob table
         w[name] = control(
             knob(name),
             getattr(b, name),
             W,
-            options=models_for(b.dataset) if name == "model" else None,
+            options=menus.get(name),
             layout=NARROW if name == "batch_per_worker" else WIDE,
         )
+    w["dataset_path"], w["dataset_note"] = folders.path_field(W)
     w["lr_scaling"].tooltips = [
         "peak LR = base LR",
         "peak LR = base LR × global/base batch",
@@ -151,6 +159,10 @@ def arrange(w: dict[str, Any], below: Any = None) -> Any:
             column(
                 "Data and model",
                 w["dataset"],
+                w["dataset_path"],
+                w["dataset_note"],
+                w["input"],
+                w["stage"],
                 w["model"],
                 w["num_samples"],
                 w["samples_hint"],
