@@ -5,8 +5,9 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 # STACK=py312: the second supported stack (Python 3.12, TensorFlow 2.21 + tf-keras, patched
 # Horovod) in .venv-py312; empty: the default stack (Python 3.11, TensorFlow 2.15) in .venv.
+# STACK=site: the site's own TensorFlow 2.15 + Horovod (HPCLAB_SITE_PYTHON) in .venv-site.
 STACK ?=
-VENV ?= $(if $(filter py312,$(STACK)),.venv-py312,.venv)
+VENV ?= $(if $(filter py312,$(STACK)),.venv-py312,$(if $(filter site,$(STACK)),.venv-site,.venv))
 LOCK_FILE := requirements/lock$(if $(filter py312,$(STACK)),-py312).txt
 PY := $(VENV)/bin/python
 PYTEST_FAST := -m "not mpi and not notebook and not browser and not slurm and not hub and not slow"

@@ -50,6 +50,16 @@
 #                              patches/horovod-0.28.1-tf2.21.patch applied (its hash is in the wheel
 #                              cache key). hpclab sets TF_USE_LEGACY_KERAS=1 there (hpclab/__init__.py).
 #                              PyPI MPI and CPU only for now (HPCLAB_MPI=system and GPU builds: py311).
+#                       site   (`make STACK=site setup`, venv .venv-site) the TensorFlow 2.15 + Horovod +
+#                              mpi4py a site module or container provides: a venv over
+#                              HPCLAB_SITE_PYTHON (default: python3 on PATH) that sees the site's
+#                              packages (--system-site-packages, plus a .pth when that Python is
+#                              itself a venv); only hpclab's missing pure-Python packages are
+#                              installed, every site package pinned to its version
+#                              (scripts/site_stack.py); TensorFlow, Keras, Horovod, mpi4py, MPICH,
+#                              numpy and protobuf are never installed and nothing is compiled;
+#                              `hpclab doctor --quick` then checks the site's versions and flags.
+#   HPCLAB_SITE_PYTHON  (site) the site's Python, the one that imports its TensorFlow and Horovod.
 #   HPCLAB_BUILD_JOBS   parallel compile jobs for Horovod (default: nproc, at most 8; each job
 #                       needs about 1.5 GB of memory because of the TensorFlow headers).
 set -euo pipefail
@@ -76,6 +86,12 @@ die() { echo "setup failed: $*" >&2; exit 1; }
 # The stack: HPCLAB_STACK, else the Python of an existing venv, else HPCLAB_PYTHON's, else py311.
 py_minor() { "$1" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null || true; }
 STACK="${HPCLAB_STACK:-}"
+SITE_VENV=""  # a venv made for the site stack says so in hpclab-stack (read by hpclab doctor too)
+[[ "$(cat "$VENV/hpclab-stack" 2>/dev/null)" == site ]] && SITE_VENV=1
+if [[ -z "$STACK" && -n "$SITE_VENV" ]]; then STACK=site; fi
+if [[ -n "$SITE_VENV" && "$STACK" != site ]]; then
+  die "${VENV#"$ROOT"/} was made for the site stack (HPCLAB_STACK=site); set up stack $STACK in another venv (VENV=...)."
+fi
 if [[ -z "$STACK" ]]; then
   STACK_PY=""
   if [[ -x "$PY" ]]; then STACK_PY="$(py_minor "$PY")"
@@ -87,7 +103,8 @@ case "$STACK" in
   py311) STACK_PYTHON=3.11 LOCK=requirements/lock.txt STACK_IN="" HOROVOD_PATCH="" ;;
   py312) STACK_PYTHON=3.12 LOCK=requirements/lock-py312.txt STACK_IN=requirements/base-py312.in
          HOROVOD_PATCH=patches/horovod-0.28.1-tf2.21.patch ;;
-  *) die "HPCLAB_STACK must be 'py311' or 'py312', you set HPCLAB_STACK='$STACK'." ;;
+  site) STACK_PYTHON="" LOCK=requirements/lock.txt STACK_IN="" HOROVOD_PATCH="" ;;
+  *) die "HPCLAB_STACK must be 'py311', 'py312' or 'site', you set HPCLAB_STACK='$STACK'." ;;
 esac
 # read by scripts/horovod_cache.py: the patch's hash is part of the wheel cache key
 export HPCLAB_HOROVOD_PATCH="${HOROVOD_PATCH:+$ROOT/$HOROVOD_PATCH}"
@@ -106,8 +123,8 @@ esac
 export HPCLAB_GPU_OPS="$GPU_OPS"  # read by scripts/horovod_cache.py (cache key, build.json)
 # aarch64 (e.g. GH200 nodes): PyPI has no tensorflow-cpu 2.15.1 wheel for it, and its
 # tensorflow 2.15.1 aarch64 wheel is built without CUDA: one sentence instead of a pip error.
-if [[ "$(uname -m)" == aarch64 && "${HPCLAB_STACK:-py311}" != py312 ]]; then
-  die "this machine is aarch64: PyPI has no tensorflow-cpu 2.15.1 for it and its tensorflow 2.15.1 is built without CUDA, so use an x86_64 node, or the site's own TensorFlow 2.15 + Horovod (an NGC container or module; docs/cluster.md, section GPU nodes)."
+if [[ "$(uname -m)" == aarch64 && "$STACK" == py311 ]]; then
+  die "this machine is aarch64: PyPI has no tensorflow-cpu 2.15.1 for it and its tensorflow 2.15.1 is built without CUDA, so use an x86_64 node, or the site's own TensorFlow 2.15 + Horovod (an NGC container or module: \`make STACK=site setup\`; docs/cluster.md, section GPU nodes)."
 fi
 if [[ "$STACK" == py312 && ( "$MPI_MODE" != pypi || -n "$GPU_OPS" ) ]]; then
   die "the py312 stack is set up with the PyPI MPI on CPU only (HPCLAB_MPI=pypi, HPCLAB_GPU=none); use the default py311 stack for a site MPI or a GPU build."
@@ -122,6 +139,35 @@ if command -v flock >/dev/null; then
 fi
 
 # ---------------------------------------------------------------------------------------------
+if [[ "$STACK" == site ]]; then  # the site's TensorFlow + Horovod: nothing compiled or replaced
+  stage "venv: ${VENV#"$ROOT"/} over the site's Python (stack site)"
+  SITE_PY="$(command -v "${HPCLAB_SITE_PYTHON:-python3}" || true)"
+  [[ -n "$SITE_PY" ]] || die "HPCLAB_STACK=site needs the site's Python: load the module or enter the container that provides TensorFlow 2.15 and Horovod, or set HPCLAB_SITE_PYTHON to its python (${HPCLAB_SITE_PYTHON:-python3} is not a command)."
+  probe="$("$SITE_PY" scripts/site_stack.py probe)" || die "the site's Python cannot be used (the sentence above says why)."
+  echo "    site: $probe"
+  if [[ -x "$PY" ]]; then
+    [[ "$(cat "$VENV/hpclab-stack" 2>/dev/null)" == site ]] || die "${VENV#"$ROOT"/} exists and was not made for the site stack; choose another venv (\`make STACK=site setup\` uses .venv-site) or remove it."
+    echo "    ${VENV#"$ROOT"/} exists ($("$PY" -V))"
+  else
+    "$SITE_PY" -m venv --system-site-packages "$VENV"
+    "$SITE_PY" scripts/site_stack.py pth > "$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/hpclab-site.pth"
+    echo site > "$VENV/hpclab-stack"
+  fi
+  stage_done venv
+  stage "deps: hpclab's missing pure-Python packages (every package of the site pinned)"
+  "$PY" scripts/site_stack.py requirements requirements/base.in > "$VENV/hpclab-site.in"
+  "$PY" scripts/site_stack.py constraints "$LOCK" > "$VENV/hpclab-site-constraints.txt"
+  "$PY" -m pip install --quiet -r "$VENV/hpclab-site.in" -c "$VENV/hpclab-site-constraints.txt" \
+    || die "pip cannot add hpclab's packages without changing one of the site's (its message above names it); ask the site for that version, or use the default stack (\`make setup\`)."
+  "$PY" -m pip install --quiet --no-deps --no-build-isolation -e .
+  stage_done deps
+  stage "doctor: hpclab doctor --quick (the site's versions and build flags)"
+  "$VENV/bin/hpclab" doctor --quick || die "the site's stack does not do for hpclab; the doctor's sentence above says why."
+  stage_done doctor
+  echo "==> [setup] done in $((SECONDS - T_TOTAL)) s (stack: site, $SITE_PY)"
+  exit 0
+fi
+
 stage "venv: Python $STACK_PYTHON virtual environment in ${VENV#"$ROOT"/} (stack $STACK)"
 is_stack_python() { [[ "$(py_minor "$1")" == "$STACK_PYTHON" ]]; }  # the stack's Python (3.11 or 3.12)
 if [[ -x "$PY" ]]; then

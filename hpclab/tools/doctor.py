@@ -5,7 +5,9 @@ Stages, each timed:
 1. versions   Python, TensorFlow, Keras, Horovod, the MPI library (via mpi4py) and `mpiexec`,
               ipyparallel, JupyterLab, plotly, numpy;
 2. horovod    what Horovod was built with: frameworks, controllers (MPI, Gloo) and tensor ops,
-              and that its ops link the same libmpi that mpi4py loads;
+              and that its ops link the same libmpi that mpi4py loads; on a site stack
+              (``make STACK=site setup``) first the site's TensorFlow version and Horovod's
+              flags (:mod:`hpclab.tools.site_checks`);
 3. devices    TensorFlow's CPU and GPU devices;
 4. engines    (skipped with ``--quick``) start 2 ipyparallel MPI engines, ``hvd.init()`` on both,
               allreduce each rank's ``rank + 1`` and check that every rank got ``1 + 2 = 3``
@@ -35,7 +37,7 @@ from typing import Any
 
 from hpclab.cluster.host import find_mpiexec
 from hpclab.core.errors import LabError
-from hpclab.tools import doctor_profile, linkage
+from hpclab.tools import doctor_profile, linkage, site_checks
 
 #: Engines started by the full check; the expected allreduce result is 1 + 2 + ... + N.
 WORKERS = 2
@@ -253,6 +255,32 @@ def check_horovod(hvd: Any, tf_version: str, mpi4py_libmpi: str | None) -> None:
             )
 
 
+def check_site(tf: Any, hvd: Any, mpi4py_libmpi: str | None) -> None:
+    """On a site stack (``make STACK=site setup``): the site's versions and build flags
+    (:func:`hpclab.tools.site_checks.site_problems`), each failure with a site's remedy."""
+    import horovod
+
+    facts = site_checks.SiteFacts(
+        tf_version=tf.__version__,
+        tf_cuda=bool(tf.test.is_built_with_cuda()),
+        horovod_version=horovod.__version__,
+        horovod_tf=horovod_frameworks()["TensorFlow"],
+        built_against=horovod_built_against_tf(),
+        mpi_built=bool(hvd.mpi_built()),
+        nccl_built=hvd.nccl_built(),
+        horovod_libmpi=_horovod_libmpi(),
+        mpi4py_libmpi=mpi4py_libmpi,
+    )
+    with _stage("Site stack"):
+        _row("venv over", f"{sys.base_prefix} (packages: {os.path.dirname(tf.__path__[0])})")
+        errors, warnings = site_checks.site_problems(facts)
+        for text in warnings:
+            _row("warning", text)
+        if errors:
+            raise DoctorError(" ".join(errors))
+        _row("checked", f"TensorFlow {facts.tf_version}, Horovod with TensorFlow and MPI, one MPI")
+
+
 def check_devices(tf: Any) -> None:
     """Stage 3: the devices TensorFlow sees."""
     with _stage("TensorFlow devices"):
@@ -353,6 +381,8 @@ def run(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     try:
         found = check_versions()
+        if site_checks.is_site_stack(sys.prefix):
+            check_site(found["tf"], found["hvd"], found["mpi4py_libmpi"])
         check_horovod(found["hvd"], found["tf"].__version__, found["mpi4py_libmpi"])
         check_devices(found["tf"])
         if not args.quick:
