@@ -9,8 +9,9 @@ GPUs, the kernel's environment holds what Slurm set for it (``SLURM_GPUS_PER_NOD
 behave differently there (Slurm 22.05 srun(1), INPUT and OUTPUT ENVIRONMENT VARIABLES; the
 ``env_vars`` table of srun's ``opt.c``):
 
-- **Requests** (:data:`GPU_REQUESTS`): srun reads them as if they were options ("Same as
-  --gpus-per-task"). The command line overrides only the *same* option, so a hub job's
+- **Requests** (:data:`GPU_REQUESTS`): sbatch sets them in the job for its own GPU options
+  (sbatch(1) OUTPUT ENVIRONMENT VARIABLES), and srun reads the very same names as if they were
+  options ("Same as --gpus-per-task"). The command line overrides only the *same* option, so a hub job's
   ``SLURM_GPUS_PER_TASK=1`` is added to a profile's ``--gpus-per-node=4 --gpu-bind=none``
   (another binding than the profile's), and ``SLURM_TRES_PER_TASK``/``SLURM_NTASKS_PER_GPU``
   make srun stop ("SLURM_TRES_PER_TASK is mutually exclusive with --ntasks-per-gpu",
