@@ -15,6 +15,7 @@ import pytest
 from fakes import write_run
 
 from hpclab.core.config import RunConfig
+from hpclab.core.presets import WORKSHOP
 from hpclab.records.store import load_run
 from hpclab.tools import cli, cli_fields
 
@@ -215,7 +216,8 @@ def test_report_of_run_folders_and_of_a_runs_root(tmp_path, capsys):
 
 
 def test_a_recorded_sweep_is_skipped_without_starting_engines(tmp_path, capsys):
-    base = RunConfig(num_samples=4000, epochs=1)
+    # the CLI starts from the workshop preset, whose seed follows HPCLAB_SEED
+    base = WORKSHOP.replace(num_samples=4000, epochs=1)
     for b in (32, 64):
         write_run(tmp_path, base, batch_per_worker=b)
     report = tmp_path / "sweep.html"
