@@ -145,3 +145,27 @@ def test_npy_shards_are_staged_locally_as_pairs(tmp_path, monkeypatch):
     assert all(Path(f).is_file() for s in local["train_files"] for f in stream.shard_files(d, s))
     assert info["copied_mb"] > 0
     assert np.array_equal(stream.read_arrays(local, "train")[0], stream.read_arrays(d, "train")[0])
+
+
+def test_a_ranks_set_up_records_what_packing_did(tmp_path, monkeypatch):
+    """rank.stream.for_rank on one process (the barrier a stand-in: MPI runs are in
+    tests/test_file_data.py): what summary["input_pipeline"] will hold for a packed npy set."""
+    from hpclab.core.config import RunConfig
+    from hpclab.rank import stream
+
+    monkeypatch.setenv("HPCLAB_LOCAL_DIR", str(tmp_path / "node"))
+    folder = make_dataset.make(tmp_path / "sig", fmt="npy", files=4, records=32)
+    d = describe(folder)
+    cfg = RunConfig(dataset=str(folder), input="stream", stage="pack", batch_per_worker=16)
+    stream.stage(d, str(folder), copier=True, how="pack")  # its node's local rank 0, before
+    src, (vx, _), classes, shape, info = stream.for_rank(
+        cfg, cfg.for_workers(2), 1, 2, 1, lambda failed: failed
+    )
+    assert (classes, shape, len(vx)) == (d["classes"], d["input_shape"], d["validation_records"])
+    assert src.iterator.get_next()[0].shape == (16, *shape)
+    pairs = len(d["train_files"]) + len(d["validation_files"])
+    stage = info["stage"]
+    # local rank 1 is not its node's writer: it opened no source file; local rank 0 packed
+    assert stage["files"] == 2 * pairs and stage["shared_opens"] == 0
+    mine = len(d["train_files"]) // 2 + len(d["validation_files"])  # shards it mapped
+    assert stage["pack_opens"] == 1 + 2 * mine and info["file_opens_per_epoch"] == 0

@@ -25,6 +25,7 @@ import json
 import os
 import shutil
 import struct
+import threading
 import time
 from pathlib import Path
 
@@ -101,12 +102,15 @@ class Pack:
     def __init__(self, folder: Path):
         self.folder, self.fd, self.members, self.opens = Path(folder), None, None, 0
         self.maps: dict[str, np.ndarray] = {}
+        self._lock = threading.Lock()  # (tf.data's parallel calls: one map per member)
+        self._open_lock = threading.Lock()
 
     def where(self, path: str) -> tuple[int, int]:
-        if self.fd is None:
-            self.members = json.loads((self.folder / INDEX).read_text())["members"]
-            self.fd = os.open(self.folder / PACK, os.O_RDONLY)
-            self.opens += 1
+        with self._open_lock:  # (parallel readers: one open)
+            if self.fd is None:
+                self.members = json.loads((self.folder / INDEX).read_text())["members"]
+                self.fd = os.open(self.folder / PACK, os.O_RDONLY)
+                self.opens += 1
         return tuple(self.members[os.path.relpath(path, self.folder)])
 
     def read(self, path: str) -> bytes:
@@ -131,18 +135,19 @@ class Pack:
     def mapped(self, path: str) -> np.ndarray:
         """An npy member mapped read-only from the pack (its rows read only when touched),
         once per pack."""
-        if path in self.maps:
+        with self._lock:
+            if path not in self.maps:
+                self.maps[path] = self._map(path)
             return self.maps[path]
+
+    def _map(self, path: str) -> np.ndarray:
         offset, size = self.where(path)
         f = io.BytesIO(os.pread(self.fd, min(size, 1 << 16), offset))
         version = np.lib.format.read_magic(f)
         shape, fortran, dtype = np.lib.format._read_array_header(f, version)
         self.opens += 1  # (np.memmap opens the file to map it)
-        m = np.memmap(
-            self.folder / PACK, dtype, "r", offset + f.tell(), shape, "F" if fortran else "C"
-        )
-        self.maps[path] = m
-        return m
+        order = "F" if fortran else "C"
+        return np.memmap(self.folder / PACK, dtype, "r", offset + f.tell(), shape, order)
 
     def __del__(self):
         if self.fd is not None:

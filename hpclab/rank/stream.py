@@ -36,6 +36,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import threading
 import time
 from pathlib import Path
 
@@ -142,14 +143,16 @@ class _NpyRows:
 
     def __init__(self, d: dict):
         self.keys, self.maps, self.pack = (d["x"]["key"], d["y"]["key"]), {}, d.get("pack")
+        self.lock = threading.Lock()  # (tf.data's parallel calls: each file mapped once)
         self.xdtype, self.shape = np.dtype(d["x"]["dtype"]), tuple(d["input_shape"])
 
     def _mapped(self, path: str) -> np.ndarray:
-        m = self.maps.get(path)
-        if m is None:
-            load = self.pack.mapped if self.pack else lambda p: np.load(p, mmap_mode="r")
-            m = self.maps[path] = load(path)
-        return m
+        if self.pack:
+            return self.pack.mapped(path)
+        with self.lock:
+            if path not in self.maps:
+                self.maps[path] = np.load(path, mmap_mode="r")
+            return self.maps[path]
 
     def __call__(self, shards: np.ndarray, index: np.ndarray):
         x = np.empty((len(index), *self.shape), self.xdtype)
