@@ -128,6 +128,9 @@ def test_a_pack_holds_every_file_once_and_reads_back_what_they_hold(tmp_path, mo
     src.touch()
     _, info = stream.stage(d, str(folder), copier=True, how="pack")
     assert info["packed_mb"] > 0
+    Path(info["to"]).write_bytes(b"")  # a pack that is not whole is packed anew too
+    _, info = stream.stage(d, str(folder), copier=True, how="pack")
+    assert info["packed_mb"] > 0 and Path(info["to"]).stat().st_size > 0
     # a rank that is not its node's writer reads the pack the writer made
     other, info = stream.stage(d, str(folder), copier=False, how="pack")
     assert info["shared_opens"] == 0 and np.array_equal(

@@ -6,6 +6,9 @@ Gaussian noise: learnable by a small 1-D CNN in a few epochs.
 
     python examples/byo/make_dataset.py /tmp/signals --format tfrecord --files 8 --records 512
 
+``--format npy`` writes each shard as a pair ``train-00000.x.npy`` / ``train-00000.y.npy``
+(listed in dataset.json as ``"file": "train-00000"``); npz and hdf5 one file per shard.
+
 Size: files x records x length x 4 bytes (+ 1/4 of it for validation); the defaults make 1 MB.
 """
 

@@ -58,8 +58,9 @@ def write(d: dict, folder: str, target: Path, writer: bool) -> tuple[dict, dict]
         stats = {rel: os.stat(src) for rel, src in members.items()}
         sources = {rel: [st.st_size, st.st_mtime_ns] for rel, st in stats.items()}
         size = sum(s for s, _ in sources.values()) / 2**20
-        try:
-            kept = json.loads((target / INDEX).read_text())["sources"] == sources
+        try:  # kept: the same sources, and the pack the index describes is whole
+            index = json.loads((target / INDEX).read_text())
+            kept = index["sources"] == sources and (target / PACK).stat().st_size == index["size"]
         except (OSError, ValueError, KeyError):
             kept = False
         if kept:
@@ -78,6 +79,7 @@ def write(d: dict, folder: str, target: Path, writer: bool) -> tuple[dict, dict]
 
 def _write_pack(members: dict, sources: dict, target: Path) -> None:
     target.mkdir(parents=True, exist_ok=True)
+    (target / INDEX).unlink(missing_ok=True)  # (no index ever describes another pack)
     tmp = target / f"{PACK}.{os.getpid()}.tmp"
     index = {}
     with open(tmp, "wb") as out:
@@ -88,9 +90,10 @@ def _write_pack(members: dict, sources: dict, target: Path) -> None:
                 shutil.copyfileobj(f, out, 1 << 20)
             index[rel] = [offset, out.tell() - offset]
         out.truncate()
-    os.replace(tmp, target / PACK)  # (a reader never sees half a pack, nor an old index on it)
+        size = out.tell()
+    os.replace(tmp, target / PACK)  # (a reader never sees half a pack)
     tmp_index = target / f"{INDEX}.{os.getpid()}.tmp"
-    tmp_index.write_text(json.dumps({"members": index, "sources": sources}))
+    tmp_index.write_text(json.dumps({"members": index, "sources": sources, "size": size}))
     os.replace(tmp_index, target / INDEX)
 
 
