@@ -167,11 +167,12 @@ def test_the_panels_dataset_menu_offers_folders_and_takes_a_typed_path(signals, 
     w = panel.widgets
     menu = dict(w["dataset"].options)  # label -> value
     assert menu["lab/mine/"] == str(mine.resolve()) and menu["mnist1d"] == "mnist1d"
-    assert w["input"].disabled and w["stage"].disabled  # a catalogue dataset: theirs are fixed
+    assert w["input"].disabled and w["stage"].layout.display == "none"  # a catalogue dataset
     # picking the folder: its models (1-D signals), its knobs, a valid config of it
     w["dataset"].value = str(mine.resolve())
     assert "cnn1d" in w["model"].options and "resnet20" not in w["model"].options
-    assert not w["input"].disabled and w["num_samples"].disabled
+    assert not w["input"].disabled and w["stage"].layout.display is None
+    assert w["num_samples"].disabled
     w["input"].value, w["stage"].value = "stream", "pack"
     cfg = panel.config_from_widgets()
     assert (cfg.dataset, cfg.input, cfg.stage) == (str(mine.resolve()), "stream", "pack")

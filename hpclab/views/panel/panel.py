@@ -131,6 +131,7 @@ class Panel:
         w["num_samples"].disabled = staged or files
         for name, plain in (("input", "auto"), ("stage", "shared")):  # a folder's knobs only
             w[name].disabled = not files
+            w[name].layout.display = None if files else "none"  # (shown with a folder)
             if not files:
                 w[name].value = plain
         size = (
