@@ -23,7 +23,8 @@ def flat(frame: pd.DataFrame) -> pd.DataFrame:
     out = {}
     for name in frame.columns:
         col = frame[name]
-        if col.map(lambda v: isinstance(v, (list, tuple))).any():
+        # only a column of Python objects can hold lists (a numeric column is read as is)
+        if col.dtype == object and col.map(lambda v: isinstance(v, (list, tuple))).any():
             width = int(col.map(lambda v: len(v) if isinstance(v, (list, tuple)) else 0).max())
             for i in range(width):
                 out[f"{name}_{i}"] = col.map(
