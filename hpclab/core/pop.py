@@ -15,9 +15,7 @@ structured approach to performance analysis", Tools for High Performance Computi
 ``useful_r`` is rank r's time outside communication (the loop, input, forward/backward, the
 optimizer's update and the host's Python between calls) and ``T`` the window's wall time (the busiest rank's
 total). The allreduce *includes the wait for the slowest rank*: a straggler shows as the others'
-communication time, hence as a lower LB. This is the model of the CLAIX case study (RWTH Aachen):
-64 V100s at PE 0.34 = LB 0.99 x CommE 0.33. NumPy only:
-unit-tested without TensorFlow.
+communication time, hence as a lower LB. NumPy only: unit-tested without TensorFlow.
 """
 
 from __future__ import annotations
