@@ -36,6 +36,35 @@ def configure_report(parser: argparse.ArgumentParser) -> None:
         help="the HTML file to write (default: report.html)",
     )
     parser.add_argument("--title", default="hpclab report", help="title of the report")
+    parser.add_argument(
+        "--curves",
+        type=int,
+        default=None,
+        metavar="N",
+        help="draw the curves of at most N runs (default: 50); the others are listed in a table",
+    )
+    parser.add_argument(
+        "--pick",
+        choices=("newest", "best"),
+        default="newest",
+        help="which runs get curves when there are more than --curves: the newest (default) or "
+        "the best by final validation accuracy",
+    )
+    parser.add_argument(
+        "--runs",
+        action="append",
+        default=[],
+        metavar="PATTERN",
+        help="only runs whose run_id matches this glob (repeat: any of them)",
+    )
+    parser.add_argument(
+        "--filter",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="only runs whose listing column KEY (as in hpclab runs: status, model, workers, "
+        "val_accuracy, ...) matches VALUE, a glob, or KEY>=X / KEY<=X for numbers (repeat: all)",
+    )
 
 
 def run_folders(paths: Sequence[Path]) -> list[Path]:
@@ -60,24 +89,47 @@ def run_folders(paths: Sequence[Path]) -> list[Path]:
     return list(dict.fromkeys(found))
 
 
-def report(args: argparse.Namespace) -> int:
-    """``hpclab report``: write the HTML report and print its path."""
-    from hpclab.core.errors import RecordError
-    from hpclab.records.store import load_run
-    from hpclab.views.charts.report import write_report
+def _filters(given: Sequence[str]) -> dict[str, str]:
+    """``KEY=VALUE``, ``KEY>=X``, ``KEY<=X`` → {KEY: VALUE or ">=X" or "<=X"}."""
+    from hpclab.core.errors import ConfigError
 
-    named = {p for p in args.paths if (p / "config.json").is_file()}
-    records = []
-    for folder in run_folders(args.paths):
-        try:
-            records.append(load_run(folder))
-        except RecordError as exc:
-            if folder in named:  # asked for by name: say why it cannot be reported
-                raise
-            say(f"hpclab report: skipping a run: {exc}")
-    if not records:
+    out = {}
+    for text in given:
+        for op in (">=", "<=", "="):
+            key, sep, value = text.partition(op)
+            if sep and key:
+                out[key.strip()] = (op if op != "=" else "") + value.strip()
+                break
+        else:
+            raise ConfigError(
+                f"--filter takes KEY=VALUE, KEY>=X or KEY<=X (e.g. status=finished); "
+                f"you passed --filter {text!r}."
+            )
+    return out
+
+
+def report(args: argparse.Namespace) -> int:
+    """``hpclab report``: write the HTML report and print its path. Runs roots are listed
+    through their index; only the runs whose curves are drawn are opened
+    (:mod:`hpclab.views.charts.report_select`)."""
+    from hpclab.core.errors import RecordError
+    from hpclab.views.charts.report import write_report
+    from hpclab.views.charts.report_select import CURVES, select
+
+    if missing := [p for p in args.paths if not p.is_dir()]:
+        run_folders(missing)  # a mistyped path: one sentence before any work
+    sel = select(
+        args.paths,
+        curves=CURVES if args.curves is None else args.curves,
+        pick=args.pick,
+        runs=args.runs,
+        where=_filters(args.filter),
+        on_skip=lambda exc: say(f"hpclab report: skipping a run: {exc}"),
+    )
+    if not sel.total:
+        run_folders(args.paths)  # a folder with no run folders in it: said so
         raise RecordError(f"no readable run in {', '.join(map(str, args.paths))}")
-    path = write_report(records, args.output, title=args.title)
+    path = write_report(sel, args.output, title=args.title)
     print(path, flush=True)
     return 0
 

@@ -11,13 +11,14 @@ import base64
 import datetime as _dt
 import html
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 import plotly
 import plotly.graph_objects as go
 
+from hpclab.core.errors import ConfigError
 from hpclab.records.export import run_csv
 from hpclab.records.jsonio import write_text_atomic
 from hpclab.views.charts.batch_charts import accuracy_vs_batch, steps_to_target_chart
@@ -26,6 +27,7 @@ from hpclab.views.charts.facts import facts_of
 from hpclab.views.charts.lessons import findings, in_window
 from hpclab.views.charts.lr_window import lr_window_chart
 from hpclab.views.charts.outcomes import default_target, describe_target
+from hpclab.views.charts.report_select import CURVES, Selection, rest_html, select
 from hpclab.views.charts.scaling_charts import scaling_efficiency
 from hpclab.views.charts.traces import figure
 
@@ -72,8 +74,8 @@ def _csv_link(run, table: str) -> str:
     return f'<a download="{name}" href="data:text/csv;charset=utf-8;base64,{data}">{table}</a>'
 
 
-def _data_html(runs) -> list[str]:
-    """One row per run: its label and the CSV of its history and epochs."""
+def _data_html(runs, sel: Selection) -> list[str]:
+    """One row per drawn run: its label and the CSV of its history and epochs."""
     rows = "".join(
         f"<tr><td>{html.escape(f.label)}</td><td>{html.escape(f.run_id)}</td>"
         f"<td>{_csv_link(f, 'history')} · {_csv_link(f, 'epochs')}</td></tr>"
@@ -83,7 +85,7 @@ def _data_html(runs) -> list[str]:
         "<h2>Data</h2>",
         '<p class="note">Each run\'s tables as CSV (history: one row per telemetry window; '
         "epochs: one row per epoch), exactly the numbers the charts draw. The camera icon on "
-        "every chart downloads it as SVG.</p>",
+        f"every chart downloads it as SVG.{_thinned_note(sel)}</p>",
         f'<table class="hpclab-table"><tr><th>run</th><th>id</th><th>CSV</th></tr>{rows}</table>',
     ]
 
@@ -101,11 +103,38 @@ def _findings_html(sentences: list[str]) -> list[str]:
     ]
 
 
+def _thinned_note(sel: Selection) -> str:
+    if not sel.thinned:
+        return ""
+    return html.escape(
+        f" {sel.thinned} run(s) with more than {sel.rows_each:,} history rows are drawn and "
+        f"linked thinned to about {sel.rows_each:,} (the newest half exact, older rows evenly "
+        "spaced, every held-out evaluation kept); the full table is in the run folder "
+        "(metrics.jsonl, or RunRecord.to_csv())."
+    )
+
+
 def render_report(
-    records_or_paths: Iterable[Any], title: str = "hpclab report", target: float | None = None
+    records_or_paths: Iterable[Any] | Selection,
+    title: str = "hpclab report",
+    target: float | None = None,
+    *,
+    curves: int = CURVES,
+    pick: str = "newest",
+    runs: Sequence[str] = (),
+    where: dict[str, str] | None = None,
 ) -> str:
     """The report as one HTML string (see :func:`write_report`)."""
-    runs = facts_of(records_or_paths)
+    if isinstance(records_or_paths, Selection):
+        sel = records_or_paths
+    else:
+        sel = select(records_or_paths, curves=curves, pick=pick, runs=runs, where=where)
+    if not sel.drawn and sel.total:
+        raise ConfigError(
+            f"no run of the {sel.total:,} found matches runs={list(runs)!r}, where={where!r}; "
+            "loosen --runs/--filter."
+        )
+    runs = facts_of(sel.drawn)
     if not runs:
         raise ValueError(
             "write_report needs at least one run; you passed none "
@@ -178,12 +207,14 @@ def render_report(
         '<html lang="en"><head><meta charset="utf-8">',
         f"<title>{e(title)}</title><style>{_CSS}</style></head><body>",
         f"<h1>{e(title)}</h1>",
-        f'<p class="meta">Written {e(now)} · {len(runs)} run{"s" if len(runs) != 1 else ""}</p>',
+        f'<p class="meta">Written {e(now)} · {_count(sel)}</p>',
+        *([f'<p class="note rule">{e(sel.sentence())}</p>'] if sel.hidden else []),
         f'<table class="versions">{version_rows}</table>',
         *_findings_html(findings(runs)),
         "<h2>Comparison</h2>",
         f'<p class="note">{e(describe_target(target, runs))}</p>',
         table_html(cmp.table),
+        *rest_html(sel),
     ]
     for i, (heading, note, fig) in enumerate(sections):
         parts += [
@@ -191,17 +222,28 @@ def render_report(
             f'<p class="note">{e(note)}</p>',
             _figure_html(fig, first=i == 0),
         ]
-    parts += _data_html(runs)
+    parts += _data_html(runs, sel)
     parts.append("</body></html>")
     return "\n".join(parts)
 
 
+def _count(sel: Selection) -> str:
+    n = len(sel.drawn)
+    if not sel.hidden:
+        return f"{n} run{'s' if n != 1 else ''}"
+    return f"{sel.total:,} runs, curves of {n}"
+
+
 def write_report(
-    records_or_paths: Iterable[Any],
+    records_or_paths: Iterable[Any] | Selection,
     path: str | os.PathLike,
     title: str = "hpclab report",
     *,
     target: float | None = None,
+    curves: int = CURVES,
+    pick: str = "newest",
+    runs: Sequence[str] = (),
+    where: dict[str, str] | None = None,
 ) -> Path:
     """Write ONE self-contained HTML file comparing the runs; returns its path.
 
@@ -209,9 +251,24 @@ def write_report(
     the dashboard figure of all runs, and with ≥ 2 runs the sweep charts (accuracy vs batch,
     steps/time to `target` — default 90 % of the best final validation accuracy, named in the
     page — and scaling efficiency when worker counts differ). Written atomically.
+
+    `records_or_paths`: runs, run folders or runs roots (every run recorded under it, listed
+    through its index). The report draws the curves of at most `curves` runs: with more, those
+    matching `runs` (run-id globs) and `where` (listing column → glob or ``>=x``/``<=x``),
+    the `pick` (``"newest"`` or ``"best"`` final validation accuracy) first; the others are
+    listed in a table and the page says the rule
+    (:mod:`hpclab.views.charts.report_select`).
     """
     path = Path(path)
-    page = render_report(records_or_paths, title=title, target=target)
+    page = render_report(
+        records_or_paths,
+        title=title,
+        target=target,
+        curves=curves,
+        pick=pick,
+        runs=runs,
+        where=where,
+    )
     path.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomic(path, page, mode=0o644)  # readable by others: a report is meant to be shared
     return path
