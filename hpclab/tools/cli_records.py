@@ -6,6 +6,7 @@ Neither starts engines; both read run folders (``runs/<run_id>/config.json`` and
 from __future__ import annotations
 
 import argparse
+import logging
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -118,14 +119,20 @@ def report(args: argparse.Namespace) -> int:
 
     if missing := [p for p in args.paths if not p.is_dir()]:
         run_folders(missing)  # a mistyped path: one sentence before any work
-    sel = select(
-        args.paths,
-        curves=CURVES if args.curves is None else args.curves,
-        pick=args.pick,
-        runs=args.runs,
-        where=_filters(args.filter),
-        on_skip=lambda exc: say(f"hpclab report: skipping a run: {exc}"),
-    )
+    store_log = logging.getLogger("hpclab.records.store")
+    level = store_log.level
+    store_log.setLevel(logging.ERROR)  # a skipped run is said once, by the line below
+    try:
+        sel = select(
+            args.paths,
+            curves=CURVES if args.curves is None else args.curves,
+            pick=args.pick,
+            runs=args.runs,
+            where=_filters(args.filter),
+            on_skip=lambda exc: say(f"hpclab report: skipping a run: {exc}"),
+        )
+    finally:
+        store_log.setLevel(level)
     if not sel.total:
         run_folders(args.paths)  # a folder with no run folders in it: said so
         raise RecordError(f"no readable run in {', '.join(map(str, args.paths))}")
