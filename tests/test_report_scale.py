@@ -21,7 +21,7 @@ from hpclab.records import index
 from hpclab.records.store import load_run
 from hpclab.tools import cli
 from hpclab.views.charts import report_select
-from hpclab.views.charts.report import render_report, write_report
+from hpclab.views.charts.report import render_report, rest_html, write_report
 
 FILES = ("config.json", "summary.json", "metrics.jsonl", "epochs.jsonl")
 
@@ -96,7 +96,7 @@ def test_a_report_over_thousands_of_records_draws_a_stated_few(tmp_path, opened,
     assert table.count("<tr>") == report_select.TABLE_ROWS + 1  # header + the listed rows
     assert f"{n - curves:,} selected runs without curves: {n - curves:,} finished" in table
     # the page grows by the table of the others, not by their curves
-    rest = len("".join(report_select.rest_html(report_select.select(big, curves=curves))))
+    rest = len("".join(rest_html(report_select.select(big, curves=curves))))
     assert len(page.encode()) < 1.1 * out_small.stat().st_size + 2 * rest
     assert "Showing curves" not in out_small.read_text()
 
@@ -114,6 +114,17 @@ def test_filters_and_the_best_pick_choose_what_is_drawn(tmp_path, opened):
         report_select.select(root, where={"colour": "red"})
     with pytest.raises(ConfigError, match="no run of the 40 found matches"):
         render_report(root, where={"status": "failed"})
+
+
+def test_the_best_of_each_label_draws_one_curve_per_sweep_point(tmp_path):
+    root = tmp_path / "runs"
+    accs = {32: (0.7, 0.9, 0.8), 256: (0.6, 0.5, 0.65)}
+    for batch, values in accs.items():
+        for seed, acc in enumerate(values):
+            write_run(root, seed=seed, batch_per_worker=batch, summary={"val_accuracy": acc})
+    sel = report_select.select(root, curves=2, pick="best-per-label")
+    assert sorted(r.summary["val_accuracy"] for r in sel.drawn) == [0.65, 0.9]
+    assert len({r.label for r in sel.drawn}) == 2 and "one per sweep point" in sel.sentence()
 
 
 def test_the_cli_reads_runs_filters_and_curves(tmp_path, capsys):

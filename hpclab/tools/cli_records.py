@@ -46,10 +46,10 @@ def configure_report(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--pick",
-        choices=("newest", "best"),
+        choices=("newest", "best", "best-per-label"),
         default="newest",
-        help="which runs get curves when there are more than --curves: the newest (default) or "
-        "the best by final validation accuracy",
+        help="which runs get curves when there are more than --curves: the newest (default), "
+        "the best by final validation accuracy, or the best of each label (one per sweep point)",
     )
     parser.add_argument(
         "--runs",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import datetime as _dt
 import html
+import math
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -27,7 +28,7 @@ from hpclab.views.charts.facts import facts_of
 from hpclab.views.charts.lessons import findings, in_window
 from hpclab.views.charts.lr_window import lr_window_chart
 from hpclab.views.charts.outcomes import default_target, describe_target
-from hpclab.views.charts.report_select import CURVES, Selection, rest_html, select
+from hpclab.views.charts.report_select import CURVES, TABLE_ROWS, Selection, select
 from hpclab.views.charts.scaling_charts import scaling_efficiency
 from hpclab.views.charts.traces import figure
 
@@ -100,6 +101,57 @@ def _findings_html(sentences: list[str]) -> list[str]:
         f'<ul class="findings">{items}</ul>',
         '<p class="note">Computed from the runs below (final validation accuracy, status, '
         "peak learning rate); nothing in this list is written by hand.</p>",
+    ]
+
+
+#: (listing column, title, format) of the table of runs not drawn (as ``hpclab runs`` shows them).
+COLUMNS = (
+    ("run_id", "run", "s"),
+    ("status", "status", "s"),
+    ("label", "label", "s"),
+    ("workers", "workers", "d"),
+    ("global_batch", "batch", "d"),
+    ("val_accuracy", "val_acc", ".3f"),
+    ("samples_per_sec", "samples/s", ",.0f"),
+    ("wall_time_s", "wall_s", ".1f"),
+)
+
+
+def _cell(value: Any, fmt: str) -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "—"
+    try:
+        return html.escape(format(value, fmt) if fmt != "d" else str(int(value)))
+    except (TypeError, ValueError):
+        return html.escape(str(value))
+
+
+def rest_html(sel: Selection) -> list[str]:
+    """The section listing the selected runs whose curves are not drawn (at most
+    :data:`TABLE_ROWS`, in pick order; the others counted) and what all runs found ended as."""
+    if not sel.hidden:
+        return []
+    rest = [r for r in sel.rows if not r["drawn"]]
+    statuses: dict[str, int] = {}
+    for r in rest:
+        statuses[str(r.get("status"))] = statuses.get(str(r.get("status")), 0) + 1
+    ended = ", ".join(f"{n:,} {html.escape(s)}" for s, n in statuses.items())
+    head = "".join(f"<th>{t}</th>" for _, t, _ in COLUMNS)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{_cell(r.get(k), f)}</td>" for k, _, f in COLUMNS) + "</tr>"
+        for r in rest[:TABLE_ROWS]
+    )
+    more = len(rest) - TABLE_ROWS
+    unselected = sel.total - len(sel.rows)
+    notes = [f"{len(rest):,} selected runs without curves: {ended}."]
+    if more > 0:
+        notes.append(f"The first {TABLE_ROWS} are listed; hpclab runs lists them all.")
+    if unselected:
+        notes.append(f"{unselected:,} runs do not match --runs/--filter and are left out.")
+    return [
+        "<h2>Runs without curves</h2>",
+        f'<p class="note">{" ".join(notes)}</p>',
+        f'<table class="hpclab-table"><tr>{head}</tr>{body}</table>',
     ]
 
 

@@ -18,7 +18,6 @@ thinned before they are parsed, so a run of 10⁵ rows costs one read, not 10⁵
 from __future__ import annotations
 
 import fnmatch
-import html
 import json
 import math
 import os
@@ -43,7 +42,11 @@ from hpclab.views.charts.facts import attr_or, column
 #: apart in one chart anyway.
 CURVES = 50
 #: How to choose the drawn runs among the selected ones.
-PICKS = {"newest": "the newest", "best": "the best by final validation accuracy"}
+PICKS = {
+    "newest": "the newest",
+    "best": "the best by final validation accuracy",
+    "best-per-label": "the best of each label (one per sweep point) by final validation accuracy",
+}
 #: History rows drawn over all drawn runs together (each run gets an equal share, at least
 #: :data:`MIN_ROWS`): what bounds the report's size whatever the runs' lengths.
 ROWS_BUDGET = 10_000
@@ -268,14 +271,21 @@ def check_where(where: dict[str, str] | None) -> dict[str, str]:
     return where
 
 
+def _score(item: tuple[int, dict]) -> float:
+    acc = item[1].get("val_accuracy")
+    return -acc if isinstance(acc, (int, float)) and math.isfinite(acc) else math.inf
+
+
 def _order(pick: str, rows: list[tuple[int, dict]]) -> list[tuple[int, dict]]:
     if pick == "best":
-
-        def score(item):
-            acc = item[1].get("val_accuracy")
-            return -acc if isinstance(acc, (int, float)) and math.isfinite(acc) else math.inf
-
-        return sorted(rows, key=score)
+        return sorted(rows, key=_score)
+    if pick == "best-per-label":  # a sweep's points: the best seed of each, then the others
+        seen: set = set()
+        firsts, rest = [], []
+        for r in sorted(rows, key=_score):
+            (rest if r[1].get("label") in seen else firsts).append(r)
+            seen.add(r[1].get("label"))
+        return firsts + rest
     # newest: ISO timestamps sort as text; a run without one (old record, object) goes last
     dated = sorted((r for r in rows if r[1].get("created")), key=lambda r: str(r[1]["created"]))
     return dated[::-1] + [r for r in rows if not r[1].get("created")]
@@ -329,57 +339,6 @@ def select(
     )
 
 
-#: (listing column, title, format) of the table of runs not drawn (as ``hpclab runs`` shows them).
-COLUMNS = (
-    ("run_id", "run", "s"),
-    ("status", "status", "s"),
-    ("label", "label", "s"),
-    ("workers", "workers", "d"),
-    ("global_batch", "batch", "d"),
-    ("val_accuracy", "val_acc", ".3f"),
-    ("samples_per_sec", "samples/s", ",.0f"),
-    ("wall_time_s", "wall_s", ".1f"),
-)
-
-
-def _cell(value: Any, fmt: str) -> str:
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return "—"
-    try:
-        return html.escape(format(value, fmt) if fmt != "d" else str(int(value)))
-    except (TypeError, ValueError):
-        return html.escape(str(value))
-
-
-def rest_html(sel: Selection) -> list[str]:
-    """The section listing the selected runs whose curves are not drawn (at most
-    :data:`TABLE_ROWS`, in pick order; the others counted) and what all runs found ended as."""
-    if not sel.hidden:
-        return []
-    rest = [r for r in sel.rows if not r["drawn"]]
-    statuses: dict[str, int] = {}
-    for r in rest:
-        statuses[str(r.get("status"))] = statuses.get(str(r.get("status")), 0) + 1
-    ended = ", ".join(f"{n:,} {html.escape(s)}" for s, n in statuses.items())
-    head = "".join(f"<th>{t}</th>" for _, t, _ in COLUMNS)
-    body = "".join(
-        "<tr>" + "".join(f"<td>{_cell(r.get(k), f)}</td>" for k, _, f in COLUMNS) + "</tr>"
-        for r in rest[:TABLE_ROWS]
-    )
-    more = len(rest) - TABLE_ROWS
-    unselected = sel.total - len(sel.rows)
-    notes = [f"{len(rest):,} selected runs without curves: {ended}."]
-    if more > 0:
-        notes.append(f"The first {TABLE_ROWS} are listed; hpclab runs lists them all.")
-    if unselected:
-        notes.append(f"{unselected:,} runs do not match --runs/--filter and are left out.")
-    return [
-        "<h2>Runs without curves</h2>",
-        f'<p class="note">{" ".join(notes)}</p>',
-        f'<table class="hpclab-table"><tr>{head}</tr>{body}</table>',
-    ]
-
-
 __all__ = [
     "CURVES",
     "FILTER_KEYS",
@@ -389,7 +348,6 @@ __all__ = [
     "TABLE_ROWS",
     "Selection",
     "check_where",
-    "rest_html",
     "load_thinned",
     "read_history",
     "rows_per_run",
