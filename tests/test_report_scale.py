@@ -68,6 +68,7 @@ def _timed(fn):
     return out, time.perf_counter() - t0
 
 
+@pytest.mark.slow  # 2,000 run folders written and listed: seconds, more on a loaded machine
 def test_a_report_over_thousands_of_records_draws_a_stated_few(tmp_path, opened, monkeypatch):
     curves, n = 10, 2000
     small = _root(tmp_path, curves, "small")
