@@ -307,8 +307,8 @@ def write_report(
     `records_or_paths`: runs, run folders or runs roots (every run recorded under it, listed
     through its index). The report draws the curves of at most `curves` runs: with more, those
     matching `runs` (run-id globs) and `where` (listing column → glob or ``>=x``/``<=x``),
-    the `pick` (``"newest"`` or ``"best"`` final validation accuracy) first; the others are
-    listed in a table and the page says the rule
+    the `pick` first (``"newest"``, ``"best"`` final validation accuracy, or
+    ``"best-per-label"``); the others are listed in a table and the page says the rule
     (:mod:`hpclab.views.charts.report_select`).
     """
     path = Path(path)

@@ -1,9 +1,10 @@
 """Which runs a report draws: its cost follows what the reader looks at, not what the root holds.
 
 A runs root grows to thousands of records, and a report that opened and drew every one of them
-cost about 0.12 s and 28 kB of HTML per run (2,000 records: 4 minutes, 56 MB). So a report
-draws the curves of at most :data:`CURVES` runs, chosen by a stated rule — the newest, or the
-best by final validation accuracy, among those the reader selects (``runs``: run-id patterns;
+cost about 45 ms and 28 kB of HTML per run (measured: 2,000 records 90 s and 56 MB). So a report
+draws the curves of at most :data:`CURVES` runs, chosen by a stated rule (:data:`PICKS`: the
+newest, the best by final validation accuracy, or the best of each label) among those the
+reader selects (``runs``: run-id patterns;
 ``where``: column filters) — and lists the rest in a table read from the runs root's index
 (:mod:`hpclab.records.index`), which never opens a run's history. A report of at most
 :data:`CURVES` runs draws every run, as it always did.
