@@ -112,8 +112,11 @@ def test_a_model_of_your_own_trains_on_streamed_tfrecords_and_failures_are_sente
 ):
     from hpclab import Lab
 
-    # the engines inherit the client's environment: the example's folder on PYTHONPATH
+    # the engines inherit the client's environment: the example's folder on PYTHONPATH, and
+    # node-local storage for the pack in this test's folder
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(BYO), os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.setenv("HPCLAB_LOCAL_DIR", str(tmp_path / "node"))
+    npy = make_dataset.make(tmp_path / "npy", fmt="npy", records=256)  # as `signals`, in npy
     cfg = RunConfig(
         model="my_model:small_cnn",
         dataset=str(signals),
@@ -128,6 +131,9 @@ def test_a_model_of_your_own_trains_on_streamed_tfrecords_and_failures_are_sente
     with Lab(workers=2, runs_dir=tmp_path / "runs", verbose=False) as lab:
         run = lab.run(cfg)
         summary = run.wait(timeout=300)
+        # plain .npy shards, packed once per node and read from the pack (FanStore's idea)
+        packed = lab.run(cfg.replace(dataset=str(npy), stage="pack"))
+        packed_summary = packed.wait(timeout=300)
         garbled = lab.run(cfg.replace(dataset=str(short)))
         garbled.wait(timeout=300, check=False)  # (every rank fails together: engines live on)
         with pytest.raises(ConfigError, match="module 'no_such_package.models' cannot be"):
@@ -148,6 +154,16 @@ def test_a_model_of_your_own_trains_on_streamed_tfrecords_and_failures_are_sente
     # the pipeline takes on its own (prefetch hides part of it behind compute; 2 busy cores
     # stretch both). (Resident vs streamed and staging: notebook 07's claims.)
     assert 0 < split["input_ms"] < 5 * info["probe_s_per_batch"] * 1e3 + 1.0, (split, info)
+    assert packed.status == "finished", packed.error
+    assert len(set(packed_summary["weights_digest"])) == 1
+    info, d = packed_summary["input_pipeline"], describe(npy)
+    assert (info["format"], info["mode"], info["sharding"]) == ("npy", "stream", "by_file")
+    pairs = len(d["train_files"]) + len(d["validation_files"])
+    # rank 0 is its node's writer: it opened every source file once and the pack once, then
+    # mapped its own shards' members (its half of the training shards, all of validation)
+    mine = len(d["train_files"]) // 2 + len(d["validation_files"])
+    assert info["stage"]["files"] == info["stage"]["shared_opens"] == 2 * pairs
+    assert info["stage"]["pack_opens"] == 1 + 2 * mine and info["file_opens_per_epoch"] == 0
     assert broken.status == "failed"
     assert "rank 1 raised" in broken.error and "cannot be built on rank 1" in broken.error
     assert garbled.status == "failed"
