@@ -151,6 +151,24 @@ def test_steps_at_a_batch_left_out_of_the_fit_are_predicted_from_the_others():
         planner.held_out_steps(best, 100)
 
 
+def test_the_computation_slowdown_is_fitted_per_local_batch_and_interpolated():
+    shares = [
+        {"local_batch": 16, "alone_s": 1.0, "together_s": 1.6},
+        {"local_batch": 64, "alone_s": 1.0, "together_s": 1.3},
+        {"local_batch": 256, "alone_s": 1.0, "together_s": 1.1},
+    ]
+    hw = planner.fit_hardware(recorded(compute_share=shares))
+    assert hw.slowdown_by_batch == ((16, 1.6), (64, 1.3), (256, 1.1))
+    assert hw.slowdown_at(64) == pytest.approx(1.3) and hw.slowdown_at(32) == pytest.approx(1.45)
+    assert hw.slowdown_at(8) == pytest.approx(1.6) and hw.slowdown_at(1024) == pytest.approx(1.1)
+    one = hw.parts(256, 1)["compute"]
+    assert hw.parts(256, 2)["compute"] == pytest.approx(1.1 * one)  # not the median's 1.3
+    notes = planner.plan(measurements=recorded(compute_share=shares)).allocation.assumptions
+    assert any("1.10x at local batch 256" in a.what for a in notes)
+    on_a_device = planner.fit_hardware(recorded(compute_share=shares), device_samples_per_s=1e4)
+    assert on_a_device.slowdown_at(64) == 1.0  # a device per rank: no sharing assumed
+
+
 # --- held-out checks on real ranks ------------------------------------------------------------
 
 
@@ -214,7 +232,7 @@ def test_predictions_hold_on_measurements_they_were_not_fitted_on(tmp_path):
         f"{ {b: f'{e:+.0%}' for b, e in step_err.items()} }, largest repeat spread "
         f"{step_noise:.0%}); α {fits[0].network.intra.latency_s * 1e6:.0f} µs, β "
         f"{fits[0].network.intra.bandwidth_Bps / 1e9:.2f} GB/s, compute slowdown "
-        f"{fits[0].compute_slowdown:.2f}"
+        f"by local batch { {b: round(sc, 2) for b, sc in fits[0].slowdown_by_batch} }"
     )
     print("[planner held-out]", report)
     if comm_noise > COMM_BAND or step_noise > STEP_BAND:

@@ -284,11 +284,16 @@ def assumptions(
                 f"{most} ({net.algorithm} allreduce, {net.per_node or 'all'} ranks per node)",
             )
         )
+    slowdown = (
+        ", ".join(f"{sc:.2f}x at local batch {b:g}" for b, sc in sorted(hardware.slowdown_by_batch))
+        if hardware.slowdown_by_batch
+        else f"{hardware.compute_slowdown:.2f}x"
+    )
     out.append(
         Assumption(
             notes.get("load_balance_source", "entered"),
             f"load balance {hardware.load_balance:.2f}, computation slowdown "
-            f"{hardware.compute_slowdown:.2f}x at more than one rank, {hardware.overlap:.0%} "
+            f"{slowdown} at more than one rank, {hardware.overlap:.0%} "
             f"of the allreduce hidden behind backprop; gradients {hardware.gradient_bytes:,.0f} "
             "bytes",
         )

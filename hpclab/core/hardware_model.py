@@ -227,12 +227,28 @@ class HardwareModel:
     compute_slowdown: float = 1.0  # s_c(p) for p > 1: compute time at p ranks / at one
     overlap: float = 0.0
     notes: dict = field(default_factory=dict, compare=False)
+    # s_c measured at several local batches, ((batch, slowdown), ...): contention for the cores
+    # and caches depends on how much each rank computes at once, so where given it replaces the
+    # single figure, interpolated in log(batch) and held flat beyond the ends
+    slowdown_by_batch: tuple = ()
 
     def __post_init__(self) -> None:
         _number("gradient_bytes", self.gradient_bytes)
         _number("load_balance", self.load_balance, hi=1.0)
         _number("compute_slowdown", self.compute_slowdown, lo=1.0, open_lo=False)
         _number("overlap", self.overlap, open_lo=False, hi=1.0)
+        for b, sc in self.slowdown_by_batch:
+            _number("slowdown_by_batch's batch", b)
+            _number("slowdown_by_batch's slowdown", sc, lo=1.0, open_lo=False)
+
+    def slowdown_at(self, local_batch: float) -> float:
+        """s_c at ``local_batch``: from ``slowdown_by_batch`` where measured, else the single
+        ``compute_slowdown``."""
+        if not self.slowdown_by_batch:
+            return self.compute_slowdown
+        pts = sorted(self.slowdown_by_batch)
+        x = np.log([b for b, _ in pts])
+        return float(np.interp(math.log(local_batch), x, [sc for _, sc in pts]))
 
     def parts(self, local_batch: float, ranks: int) -> dict[str, float]:
         """The step's parts in seconds: compute, rest, imbalance (the wait the slowest rank
@@ -242,7 +258,7 @@ class HardwareModel:
         if p < 1:
             raise ConfigError(f"ranks must be a whole number >= 1; you passed {ranks!r}.")
         multi = p > 1
-        compute = float(self.compute(b)) * (self.compute_slowdown if multi else 1.0)
+        compute = float(self.compute(b)) * (self.slowdown_at(b) if multi else 1.0)
         rest = float(self.rest(b))
         lb = self.load_balance if multi else 1.0
         imbalance = (compute + rest) * (1.0 / lb - 1.0)

@@ -97,13 +97,18 @@ def fit_hardware(
         [max(sum(s[f"{p}_ms"] for p in REST_PARTS), 1e-6) / 1e3 for s in ones],
         "measured: 1-rank time splits",
     )
-    slowdown = 1.0
+    slowdown, by_batch = 1.0, ()
     if m.compute_share:
-        ratios = [c["together_s"] / c["alone_s"] for c in m.compute_share if c["alone_s"]]
-        slowdown = max(1.0, stats.median(ratios)) if ratios else 1.0
+        ratios = {
+            c["local_batch"]: max(1.0, c["together_s"] / c["alone_s"])
+            for c in m.compute_share
+            if c["alone_s"]
+        }
+        slowdown = stats.median(ratios.values()) if ratios else 1.0
+        by_batch = tuple(sorted(ratios.items())) if len(ratios) > 1 else ()
     if device_samples_per_s is not None:
         compute = Affine.from_rate(device_samples_per_s, "entered: device rate")
-        slowdown = 1.0
+        slowdown, by_batch = 1.0, ()
     if network is None:
         ranks = m.comm[0]["ranks"]
         link = fit_link(
@@ -125,6 +130,7 @@ def fit_hardware(
         gradient_bytes=float(m.gradient["bytes"]),
         load_balance=1.0 if load_balance is None else load_balance,
         compute_slowdown=slowdown,
+        slowdown_by_batch=by_batch,
         notes=notes,
     )
 
