@@ -199,9 +199,17 @@ def _claim_04(runs_dir: Path) -> str:
     k16, k1024 = "16 per worker", "1,024 per worker"
     gaps = [e[k1024] - e[k16] for e in (cnn, again)]
     disagree = abs(gaps[0] - gaps[1])
+    from hpclab.views.charts.scaling_charts import pop_factors
+
+    table = pop_factors(first)  # the notebook's POP table: reported, not judged
+    cols = ["series", "E (split)", "load balance", "comm efficiency", "computation scalability"]
+    pop = {
+        row.pop("series"): {k: round(float(v), 2) for k, v in row.items()}
+        for row in (table[cols].to_dict("records") if len(table) else [])
+    }
     measured = (
         f"weak E(2) CNN {cnn}, repeat {again} (gaps {gaps[0]:.3f}, {gaps[1]:.3f}; they "
-        f"disagree by {disagree:.3f}); ResNet-20 {resnet}"
+        f"disagree by {disagree:.3f}); ResNet-20 {resnet}; POP factors {pop}"
     )
     if disagree > BUSY:
         warnings.warn(
