@@ -99,7 +99,15 @@ def render(data: dict) -> str:
     for stem, row in sorted(data["notebooks"].items()):
         measured = row.get("measured", "(no claim check)").replace("|", "\\|")
         lines.append(f"| {stem} | {row['seconds']} s | {measured} |")
+    missing = sorted(set(notebook_stems()) - set(data["notebooks"]))
+    if missing:
+        lines += ["", f"Not in this recording (newer than it): {', '.join(missing)}."]
     return "\n".join(lines) + "\n"
+
+
+def notebook_stems() -> list[str]:
+    """The workshop notebooks in notebooks/, as the tests find them."""
+    return sorted(p.stem for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 
 
 def main(argv: list[str] | None = None) -> int:
