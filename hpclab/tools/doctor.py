@@ -272,7 +272,10 @@ def check_site(tf: Any, hvd: Any, mpi4py_libmpi: str | None) -> None:
         mpi4py_libmpi=mpi4py_libmpi,
     )
     with _stage("Site stack"):
-        _row("venv over", f"{sys.base_prefix} (packages: {os.path.dirname(tf.__path__[0])})")
+        _row(
+            "venv over",
+            f"{sys.base_prefix} (TensorFlow from {os.path.dirname(os.path.dirname(tf.__file__))})",
+        )
         errors, warnings = site_checks.site_problems(facts)
         for text in warnings:
             _row("warning", text)
