@@ -48,8 +48,9 @@ def test_resnet20_size():
         ("cnn1d", (40,)),
         ("resnet20", (32, 32, 3)),
         ("resnet20", (28, 28, 1)),
-        ("resnet50", (32, 32, 3)),
-        ("resnet50", (28, 28, 1)),
+        # ResNet-50 builds in 1.4-1.7 s each: in `make test`, out of the sub-minute `make check`
+        pytest.param("resnet50", (32, 32, 3), marks=pytest.mark.slow),
+        pytest.param("resnet50", (28, 28, 1), marks=pytest.mark.slow),
     ],
 )
 def test_every_model_gives_logits(name, shape):
@@ -124,7 +125,10 @@ def test_mixed_float16_trains_with_loss_scaling():
     assert int(opt.iterations) == 3
 
 
-@pytest.mark.parametrize("name,shape", [("resnet50", (32, 32, 3)), ("resnet20", (28, 28, 1))])
+@pytest.mark.parametrize(
+    "name,shape",
+    [pytest.param("resnet50", (32, 32, 3), marks=pytest.mark.slow), ("resnet20", (28, 28, 1))],
+)
 def test_image_models_keep_float32_logits_under_mixed_float16(name, shape):
     """keras.applications' own `predictions` Dense would follow the policy (float16 logits)."""
     set_precision("mixed_float16")

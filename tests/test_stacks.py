@@ -119,4 +119,7 @@ def test_an_unknown_stack_is_refused_with_one_sentence(tmp_path):
         timeout=30,
     )
     assert result.returncode == 1
-    assert "HPCLAB_STACK must be 'py311' or 'py312', you set HPCLAB_STACK='py39'" in result.stderr
+    assert (
+        "HPCLAB_STACK must be 'py311', 'py312' or 'site', you set HPCLAB_STACK='py39'"
+        in result.stderr
+    )
