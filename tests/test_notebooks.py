@@ -2,7 +2,8 @@
 
 The notebooks are the source (instructors edit them in JupyterLab). Fast checks (no MPI, no
 TensorFlow; tests/notebook_checks.py): every notebook is stored without outputs or execution
-counts, is thin (no ``def``, no ``%%px``/``%px``), names no absolute or personal path, ends by
+counts, is thin (no ``def``, no ``%%px``/``%px``; notebook 12's ``%%px`` cells excepted, where the
+code is the lesson), names no absolute or personal path, ends by
 stopping its Lab, and has learning objectives, an exercise with hints, answers and take-aways.
 
 Execution (``-m notebook``): each notebook runs with nbclient in a fresh kernel, one after another
@@ -75,8 +76,8 @@ def _claim_00(runs_dir: Path) -> str:
 
 
 def _claim_01(runs_dir: Path) -> str:
-    """Notebook 01: without scaling, accuracy falls with the batch by far more than a seed moves
-    it; linear scaling with warm-up buys it back at the medium batch and fails at the largest; in
+    """Notebook 01: without scaling, accuracy falls by more than 10 points at each step up in
+    batch (one seed: the margin, not a second seed, is the judge); linear scaling with warm-up buys it back at the medium batch and fails at the largest; in
     the window, LARS still trains (status not failed, accuracy above 0.15) at a peak LR at least
     twice the largest at which momentum SGD trains, and collapses too at the top."""
     records = _records(runs_dir)
@@ -140,10 +141,11 @@ def _claim_02(runs_dir: Path) -> str:
 
 
 def _claim_03(runs_dir: Path) -> str:
-    """Notebook 03: bfloat16's accuracy lands within a seed's spread of float32's (at each of two
-    seeds); float16 on a CPU is several times slower than float32; early in training float16
-    without the loss scaler has the scaled run's share of zero gradient elements (none
-    underflowed), within half a percent of float32's."""
+    """Notebook 03: bfloat16's accuracy lands within twice the seed-to-seed gap (or 2 points) of
+    float32's, at each of two seeds; float16 on a CPU is at least twice as slow as float32; early
+    in training float16 without the loss scaler has the scaled run's share of zero gradient
+    elements within a quarter (or 0.05 points: no sign of underflow), within half a percent of
+    float32's."""
     records = _records(runs_dir)
     cnn = [r for r in records if r.config["model"] != "resnet20" and not r.config["max_steps"]]
     acc = {(r.config["seed"], r.config["precision"]): r.summary["val_accuracy"] for r in cnn}
@@ -226,8 +228,8 @@ BUSY = 0.15  # passes disagreeing about E(2)'s gap by more: the machine was too 
 
 def _claim_05(runs_dir: Path) -> str:
     """Notebook 05: with the square-root rule the steps to target fall by about sqrt(2) per
-    doubling (geometric mean), no doubling halves them, and the largest batch does not reach the
-    target (or not faster); B_simple is positive in every run and ends above its mid-run value in most."""
+    doubling (geometric mean), no doubling halves them, and the largest batch does not halve them
+    again (or never reaches the target); B_simple is positive in every run and ends above its mid-run value in most."""
     from hpclab.views.charts.comparison import compare
 
     records = _records(runs_dir)
@@ -297,8 +299,8 @@ def _claim_06(runs_dir: Path) -> str:
 
 
 def _claim_07(runs_dir: Path) -> str:
-    """Notebook 07: online augmentation makes the step wait for its data (input share above
-    one half), offline does not; small files open one file per sample of the rank per epoch, packed one; at
+    """Notebook 07: online augmentation makes the step wait for its data (input share above 0.4
+    and 0.3 above plain), offline does not; small files open one file per sample of the rank per epoch, packed one; at
     1 ms per metadata operation that is 6.4 s against 2 ms; staging costs about two epochs once
     and leaves the epochs free; a global shuffle reads half its samples from outside the shard
     and the whole packed file on every rank; shards sorted by label train as well under a local
@@ -351,7 +353,8 @@ def _claim_08(runs_dir: Path) -> str:
     """Notebook 08: bit 30 of a weight on rank 1 splits the replicas at once, the detector fires
     within two steps and the run diverges; with rollback it heals, equal replicas, the clean
     accuracy; a gradient flip keeps the replicas equal; bit 0 is silent, splits the replicas at
-    once and moves accuracy no more than another seed does (tests/test_sdc.py's rule); the
+    once and moves accuracy by at most twice another seed's gap, or 5 points (tests/test_sdc.py's
+    rule); the
     Monte-Carlo's failure rate falls from the exponent's top bit to the mantissa bits."""
     import pandas as pd
 
