@@ -1,25 +1,12 @@
 """`plan(lab)`: a few minutes of measurement on a Lab, the two models fitted to it, and the plan of
 an allocation (:mod:`hpclab.core.allocation`) — time to target and GPU-hours at scale.
 
-What is measured (:func:`measure`, :mod:`hpclab.studies.plan_measure`; about three minutes on 2
-cores with the default model):
-
-* **communication**, on the lab's 2+ ranks: the bytes of the model's gradients, an allreduce
-  size sweep that α and β are fitted to (each size cut into as many tensors as the model has
-  gradients), and — held out of that fit, timed in the same rounds — one grouped allreduce of
-  tensors shaped like the gradients (:mod:`hpclab.rank.probes.gradient_size`). The sweep
-  allreduces as a training step does (grouped, averaged, inside a compiled function), not as
-  :mod:`comm_probe` does (eager): on a busy machine the compiled call's hand-over to Horovod's
-  background loop adds milliseconds the eager sweep never sees;
-* **computation scalability**, on the same ranks: a forward/backward pass with one rank busy and
-  with all of them (:mod:`hpclab.rank.probes.compute_share`), never from a training run;
-* **the time split**, on one rank: short runs at a few local batches, each part of the step
-  (:mod:`hpclab.core.pop`) averaged over the run; compute and the rest are fitted affine in the
-  local batch;
-* **steps to target**, on one rank (steps to a target do not depend on how many ranks compute
-  the batch): a small grid of learning rates per global batch, each run stopped when its
-  held-out accuracy first reaches the target; each batch's best LR gives its steps, and
-  S(B) = S_min (1 + B_crit / B) is fitted to them (:mod:`hpclab.core.critical_batch`).
+What is measured (:func:`measure`, about three minutes on 2 cores with the default model) is
+described in :mod:`hpclab.studies.plan_measure`: communication (the α/β sweep and the model's own
+gradient allreduce held out), computation scalability, the 1-rank time split at a few local
+batches, steps to target per batch at each batch's best LR, and B_simple where a run reaches the
+target. This module fits the two models to it — compute and the rest affine in the local batch,
+S(B) = S_min (1 + B_crit / B) (:mod:`hpclab.core.critical_batch`) — and plans.
 
 Everything measured is a :class:`Measurements` (JSON: ``save``/``load``), so a plan can be
 remade from a recorded measurement without engines. A target cluster's network and per-device
