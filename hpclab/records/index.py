@@ -43,6 +43,18 @@ log = logging.getLogger(__name__)
 
 INDEX = ".hpclab-index.json"
 VERSION = 2
+#: (listing column, title, format) of a table of runs, as ``hpclab runs`` prints it; the HTML
+#: report lists the runs it does not draw with the same columns
+COLUMNS = (
+    ("run_id", "run_id", "s"),
+    ("status", "status", "s"),
+    ("label", "label", "s"),
+    ("workers", "workers", "d"),
+    ("global_batch", "batch", "d"),
+    ("val_accuracy", "val_acc", ".3f"),
+    ("samples_per_sec", "samples/s", ",.0f"),
+    ("wall_time_s", "wall_s", ".1f"),
+)
 
 
 def _plain(value):
@@ -278,6 +290,7 @@ def find_finished(
 
 
 __all__ = [
+    "COLUMNS",
     "INDEX",
     "VERSION",
     "Entry",

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from hpclab.records.index import COLUMNS
 from hpclab.tools.cli_progress import say
 
 # ---------------------------------------------------------------------------------------------
@@ -144,18 +145,6 @@ def report(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------------------------------
 # hpclab runs
 # ---------------------------------------------------------------------------------------------
-
-#: (column in list_runs, title, format) of the runs table.
-COLUMNS = [
-    ("run_id", "run_id", "s"),
-    ("status", "status", "s"),
-    ("label", "label", "s"),
-    ("workers", "workers", "d"),
-    ("global_batch", "batch", "d"),
-    ("val_accuracy", "val_acc", ".3f"),
-    ("samples_per_sec", "samples/s", ",.0f"),
-    ("wall_time_s", "wall_s", ".1f"),
-]
 
 
 def configure_runs(parser: argparse.ArgumentParser) -> None:

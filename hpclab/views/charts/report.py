@@ -21,6 +21,7 @@ import plotly.graph_objects as go
 
 from hpclab.core.errors import ConfigError
 from hpclab.records.export import run_csv
+from hpclab.records.index import COLUMNS as LISTING_COLUMNS
 from hpclab.records.jsonio import write_text_atomic
 from hpclab.views.charts.batch_charts import accuracy_vs_batch, steps_to_target_chart
 from hpclab.views.charts.comparison import compare, table_html
@@ -104,17 +105,8 @@ def _findings_html(sentences: list[str]) -> list[str]:
     ]
 
 
-#: (listing column, title, format) of the table of runs not drawn (as ``hpclab runs`` shows them).
-COLUMNS = (
-    ("run_id", "run", "s"),
-    ("status", "status", "s"),
-    ("label", "label", "s"),
-    ("workers", "workers", "d"),
-    ("global_batch", "batch", "d"),
-    ("val_accuracy", "val_acc", ".3f"),
-    ("samples_per_sec", "samples/s", ",.0f"),
-    ("wall_time_s", "wall_s", ".1f"),
-)
+#: (listing column, title, format) of the table of runs not drawn: ``hpclab runs``'s columns
+COLUMNS = (("run_id", "run", "s"), *LISTING_COLUMNS[1:])
 
 
 def _cell(value: Any, fmt: str) -> str:
