@@ -16,7 +16,8 @@ Traffic stays inside the namespaces the test made; they are removed in the fixtu
 pass or fail (and leftovers of a killed earlier run at the next start). Needs root, `ip`,
 `unshare` and `nft` (scripts/install-slurm.sh installs nftables); skipped with the reason
 elsewhere, and an error when HPCLAB_REQUIRE_SLURM=1 (root CI, like the Slurm tests). Not covered
-here: slurmd per namespace with srun from `login` (the engines' launcher here is Hydra's).
+here: the engines' launcher is Hydra's; tests/test_multihost_slurm.py runs slurmd per namespace
+and submits the engines from `login`.
 """
 
 from __future__ import annotations
