@@ -38,6 +38,7 @@ from hpclab.core.pop import PARTS, USEFUL
 LOCAL_BATCHES = (16, 64, 256)  # the time split's local batches (rows of the affine fits)
 SPLIT_SAMPLES = 32_000  # samples one rank processes in each time-split run (~1-3 s here)
 SWEEP_BATCHES = (32, 64, 128, 256)  # global batches of the steps-to-target sweep
+CRITICAL_BATCHES = (32, 64, 128, 256, 512, 1024)  # notebooks 02/05: past the bend, to the flat
 LR_FACTORS = (1.0, 2.0, 4.0)  # × the square-root rule's LR at each batch: the per-batch grid
 TARGET = 0.8  # held-out accuracy the default model reaches at every sweep batch
 COMM_SIZES = tuple(2**k for k in range(10, 23, 2))  # 1 KiB .. 4 MiB: the α/β fit's sizes
@@ -197,17 +198,35 @@ def _run_to_target(lab, cfg: RunConfig, target: float) -> tuple[int | None, str,
     return steps_to_reach(run.history, target), str(summary.get("status")), run.run_id
 
 
+def _middle_first(factors) -> list[float]:
+    """The grid's factors, the one nearest its geometric middle first, then outwards."""
+    mid = sum(math.log(f) for f in factors) / len(factors)
+    return sorted(factors, key=lambda f: (abs(math.log(f) - mid), f))
+
+
 def measure_sweep(
-    lab, cfg: RunConfig, batches=SWEEP_BATCHES, factors=LR_FACTORS, target: float = TARGET
+    lab,
+    cfg: RunConfig,
+    batches=SWEEP_BATCHES,
+    factors=LR_FACTORS,
+    target: float = TARGET,
+    *,
+    prune: bool = False,
 ) -> list[dict]:
-    """Steps to ``target`` for each global batch and each LR of its grid, on the lab's ranks."""
+    """Steps to ``target`` for each global batch and each LR of its grid, on the lab's ranks.
+
+    With ``prune``, the grid's middle LR runs first and every later run at that batch is capped
+    at the fewest steps any LR has needed there so far (``limit``): a run still short of the
+    target by then cannot be the batch's best, so its steps are not needed (None, as for a
+    miss) and the sweep costs about three best runs per batch instead of the slowest three."""
     rows = []
     for batch in batches:
         if batch % lab.workers:
             raise ConfigError(
                 f"batches must divide evenly over the lab's {lab.workers} ranks; {batch} does not."
             )
-        for factor in factors:
+        best = None
+        for factor in _middle_first(factors) if prune else factors:
             lr = sweep_lr(batch, factor, cfg.base_lr, cfg.base_batch)
             run_cfg = cfg.replace(
                 batch_per_worker=batch // lab.workers,
@@ -218,6 +237,8 @@ def measure_sweep(
                 noise_scale=False,
                 name=f"planner: steps to {target:g}, batch {batch}, lr {lr:g}",
             )
+            if prune and best is not None:
+                run_cfg = run_cfg.replace(max_steps=best)
             steps, status, run_id = _run_to_target(lab, run_cfg, target)
             rows.append(
                 {
@@ -226,9 +247,61 @@ def measure_sweep(
                     "steps": steps,
                     "status": status,
                     "run_id": run_id,
+                    "limit": run_cfg.max_steps or None,
                 }
             )
+            if steps is not None and (best is None or steps < best):
+                best = steps
+    if prune:
+        rows.sort(key=lambda r: (r["global_batch"], r["lr"]))
     return rows
+
+
+def sweep_path(runs_dir: str | Path, cfg: RunConfig, target: float = TARGET) -> Path:
+    """Where notebooks 02 and 05 keep their per-batch LR sweep (one file per seed and target)."""
+    return Path(runs_dir) / f"critical-batch-sweep-{cfg.model}-seed{cfg.seed}-{target:g}.json"
+
+
+def sweep_or_load(
+    lab, cfg: RunConfig, *, batches=CRITICAL_BATCHES, factors=LR_FACTORS, target=TARGET
+) -> tuple[Measurements, str]:
+    """The per-batch LR sweep (:func:`measure_sweep`, pruned) on ``lab``, saved beside its runs
+    (:func:`sweep_path`), or the one saved there already for the same model, seed, target and
+    batches: the Measurements and a sentence saying which."""
+    path = sweep_path(lab.runs_dir, cfg, target)
+    if path.exists():
+        m = Measurements.load(path)
+        if sorted({r["global_batch"] for r in m.sweep}) == sorted(batches):
+            return m, f"reused the sweep saved in {path.name} ({len(m.sweep)} runs)"
+    m = Measurements(model=cfg.model, target=float(target))
+    t0 = time.monotonic()
+    m.sweep = measure_sweep(lab, cfg, batches, factors, target, prune=True)
+    m.seconds["sweep"] = time.monotonic() - t0
+    m.save(path)
+    return m, f"measured {len(m.sweep)} runs in {m.seconds['sweep']:.0f} s, saved to {path.name}"
+
+
+def best_lr_table(m: Measurements, samples_per_sec=None):
+    """Each batch's best LR from the sweep: steps and samples (B × steps) to the target, and,
+    given ``samples_per_sec`` by global batch (short throughput runs), the time per step
+    (B ÷ samples/s) and the time to target (steps × time per step)."""
+    import pandas as pd
+
+    best = best_per_batch((r["global_batch"], r["lr"], r["steps"]) for r in m.sweep)
+    table = pd.DataFrame(
+        {
+            "global_batch": [b.batch for b in best],
+            "best_lr": [b.lr for b in best],
+            "lr_at_grid_edge": [b.at_edge for b in best],
+            "steps": [b.steps for b in best],
+            "samples": [b.batch * b.steps for b in best],
+        }
+    )
+    if samples_per_sec is not None:
+        rate = table["global_batch"].map(dict(samples_per_sec)).astype(float)
+        table["step_ms"] = 1e3 * table["global_batch"] / rate
+        table["time_to_target_s"] = table["steps"] * table["step_ms"] / 1e3
+    return table
 
 
 def measure(

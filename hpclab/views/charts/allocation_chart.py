@@ -6,6 +6,9 @@ with the Pareto set and its named points, and the critical-batch fit beside its 
 * :func:`critical_batch_figure` — steps and samples to target against the global batch as
   McCandlish et al. 2018 draw them (Fig. 6), the measured best-LR points on the fitted curve with
   its ±2 standard-error band.
+* :func:`steps_samples_figure` — steps against samples to target, the trade-off curve
+  (S/S_min − 1)(E/E_min − 1) = 1 of McCandlish et al. 2018 (Fig. 6) through the best-LR
+  points, B_crit marked where both are twice their minimum.
 
 plotly only; static figures, no widgets.
 """
@@ -149,4 +152,53 @@ def critical_batch_figure(fit: CriticalBatchFit, measured: Sequence | None = Non
     return fig
 
 
-__all__ = ["pareto_figure", "critical_batch_figure"]
+def steps_samples_figure(fit: CriticalBatchFit) -> go.Figure:
+    """Steps (y) against samples (x) to target, both log: the fitted trade-off curve
+    (S/S_min − 1)(E/E_min − 1) = 1 traced over the batch, the best-LR points labelled with their
+    batch, the two limits S_min and E_min dotted, and B_crit's point (2 E_min, 2 S_min)."""
+    lo, hi = min(fit.batches) / 4, max(fit.batches) * 8
+    b = np.geomspace(lo, hi, 120)
+    fig = go.Figure()
+    fig.add_trace(
+        go.Scatter(
+            x=fit.predict_samples(b),
+            y=fit.predict_steps(b),
+            mode="lines",
+            line=dict(color="#1b9e77"),
+            name="fit: (S/S_min − 1)(E/E_min − 1) = 1",
+        )
+    )
+    pts = np.asarray(fit.batches)
+    fig.add_trace(
+        go.Scatter(
+            x=pts * np.asarray(fit.steps),
+            y=np.asarray(fit.steps),
+            mode="markers+text",
+            marker=dict(size=10, color="#d95f02"),
+            text=[f"B={int(p):,}" for p in pts],
+            textposition="top right",
+            name="best LR per batch",
+        )
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=[2 * fit.e_min],
+            y=[2 * fit.s_min],
+            mode="markers",
+            marker=dict(size=14, color="grey", symbol="diamond-open"),
+            name=f"B_crit ≈ {fit.b_crit:,.0f}: twice the fewest steps and samples",
+        )
+    )
+    fig.add_hline(y=fit.s_min, line=dict(color="grey", dash="dot"))
+    fig.add_vline(x=fit.e_min, line=dict(color="grey", dash="dot"))
+    fig.update_xaxes(type="log", title_text="samples to target (E = B × S)")
+    fig.update_yaxes(type="log", title_text="optimizer steps to target (S)")
+    fig.update_layout(
+        height=420,
+        title="Steps vs samples: small batches save samples, large batches save steps",
+        margin=dict(t=60, b=50, l=70, r=20),
+    )
+    return fig
+
+
+__all__ = ["pareto_figure", "critical_batch_figure", "steps_samples_figure"]
