@@ -242,3 +242,35 @@ def test_predictions_hold_on_measurements_they_were_not_fitted_on(tmp_path):
     # both: the band is the target plus what the same measurement moved between its repeats
     assert abs(comm_err) <= COMM_BAND + comm_noise, report
     assert all(abs(e) <= STEP_BAND + step_noise for e in step_err.values()), report
+
+
+def test_a_pruned_sweep_caps_later_runs_at_the_best_and_is_saved_and_reused(tmp_path, monkeypatch):
+    """The grid's middle LR runs first; later runs at that batch are capped at the fewest steps
+    reached there so far; the best per batch is the unpruned one; the sweep is saved and reused."""
+    from types import SimpleNamespace
+
+    from hpclab.core.config import RunConfig
+    from hpclab.studies import plan_measure
+
+    truth = {1.0: 300, 2.0: 200, 4.0: None}  # steps to target by LR factor (4x never gets there)
+    calls = []
+
+    def fake_run(lab, cfg, target):
+        factor = round(cfg.base_lr / plan_measure.sweep_lr(cfg.base_batch, 1.0, 0.05, 64), 3)
+        calls.append((cfg.base_batch, factor, cfg.max_steps))
+        steps = truth[factor]
+        if cfg.max_steps and (steps is None or steps > cfg.max_steps):
+            return None, "finished", "run"
+        return steps, "stopped", "run"
+
+    monkeypatch.setattr(plan_measure, "_run_to_target", fake_run)
+    lab = SimpleNamespace(workers=2, runs_dir=tmp_path)
+    cfg = RunConfig(base_lr=0.05, base_batch=64)
+    m, how = plan_measure.sweep_or_load(lab, cfg, batches=(64, 256))
+    assert calls[:3] == [(64, 2.0, 0), (64, 1.0, 200), (64, 4.0, 200)], calls
+    assert "measured" in how and plan_measure.sweep_path(tmp_path, cfg).exists(), how
+    table = plan_measure.best_lr_table(m, {64: 6400.0, 256: 25600.0})
+    assert list(table["steps"]) == [200, 200] and list(table["samples"]) == [12800, 51200]
+    assert list(table["time_to_target_s"]) == [2.0, 2.0], table
+    again, how = plan_measure.sweep_or_load(lab, cfg, batches=(64, 256))
+    assert "reused" in how and again.sweep == m.sweep and len(calls) == 6, how
