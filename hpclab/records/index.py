@@ -116,6 +116,42 @@ def _label(meta: dict, fallback: str) -> str:
         return fallback or "?"
 
 
+def listing_row(
+    meta: dict,
+    summary: dict,
+    *,
+    run_id,
+    status,
+    label,
+    config: dict | None = None,
+    workers=None,
+    derived: dict | None = None,
+) -> dict:
+    """A run's row of a listing (``hpclab runs``, a report's table) from its ``config.json``
+    (``meta``) and ``summary.json`` dicts; ``config``, ``workers`` and ``derived`` default to
+    meta's own (a live run passes what it holds)."""
+    if config is None:
+        config = meta.get("config") if isinstance(meta.get("config"), dict) else {}
+    derived = derived or meta.get("derived") or {}
+    return {
+        "run_id": run_id,
+        "status": status,
+        "name": config.get("name", ""),
+        "dataset": config.get("dataset"),
+        "model": config.get("model"),
+        "workers": meta.get("workers") if workers is None else workers,
+        "global_batch": derived.get("global_batch"),
+        "lr_scaling": config.get("lr_scaling"),
+        "optimizer": config.get("optimizer"),
+        "precision": config.get("precision"),
+        "val_accuracy": summary.get("val_accuracy"),
+        "samples_per_sec": summary.get("samples_per_sec"),
+        "wall_time_s": summary.get("wall_time_s"),
+        "created": meta.get("created"),
+        "label": label,
+    }
+
+
 def _read(folder: Path, stamp: list) -> Entry | None:
     files = _readable(folder / "config.json")
     if files is None:
@@ -124,27 +160,16 @@ def _read(folder: Path, stamp: list) -> Entry | None:
     meta = settle_engine_settings(meta)
     cfg = meta.get("config") if isinstance(meta.get("config"), dict) else {}
     recorded = {**EngineSettings().to_dict(), **engine_settings_of(meta)}
-    row = {
-        "run_id": meta.get("run_id", folder.name),
-        "status": summary.get("status"),
-        "name": cfg.get("name", ""),
-        "dataset": cfg.get("dataset"),
-        "model": cfg.get("model"),
-        "workers": meta.get("workers"),
-        "global_batch": (meta.get("derived") or {}).get("global_batch"),
-        "lr_scaling": cfg.get("lr_scaling"),
-        "optimizer": cfg.get("optimizer"),
-        "precision": cfg.get("precision"),
-        "val_accuracy": summary.get("val_accuracy"),
-        "samples_per_sec": summary.get("samples_per_sec"),
-        "wall_time_s": summary.get("wall_time_s"),
-        "created": meta.get("created"),
-        "label": _label(meta, cfg.get("name", "")),
-    }
     return Entry(
         name=folder.name,
         stamp=stamp,
-        row=row,
+        row=listing_row(
+            meta,
+            summary,
+            run_id=meta.get("run_id", folder.name),
+            status=summary.get("status"),
+            label=_label(meta, cfg.get("name", "")),
+        ),
         key=config_key(cfg, meta.get("workers")),
         throughput={k: recorded.get(k) for k in THROUGHPUT_FIELDS},
         client={"client": meta.get("client"), "created": meta.get("created")},
@@ -298,5 +323,6 @@ __all__ = [
     "config_key",
     "find_finished",
     "list_runs",
+    "listing_row",
     "scan",
 ]

@@ -156,26 +156,17 @@ def _row_of(obj: Any) -> dict:
     meta = attr_or(obj, "meta", {}) or {}
     summary = attr_or(obj, "summary", {}) or {}
     cfg = attr_or(obj, "config", {}) or {}
-    cfg = cfg.to_dict() if hasattr(cfg, "to_dict") else dict(cfg)
-    derived = attr_or(obj, "derived", None) or meta.get("derived") or {}
     label = attr_or(obj, "label", "")
-    return {
-        "run_id": str(attr_or(obj, "run_id", "") or ""),
-        "status": str(attr_or(obj, "status", "") or summary.get("status") or "unknown"),
-        "name": cfg.get("name", ""),
-        "label": label() if callable(label) else label,
-        "dataset": cfg.get("dataset"),
-        "model": cfg.get("model"),
-        "workers": attr_or(obj, "workers", None),
-        "global_batch": derived.get("global_batch"),
-        "lr_scaling": cfg.get("lr_scaling"),
-        "optimizer": cfg.get("optimizer"),
-        "precision": cfg.get("precision"),
-        "val_accuracy": summary.get("val_accuracy"),
-        "samples_per_sec": summary.get("samples_per_sec"),
-        "wall_time_s": summary.get("wall_time_s"),
-        "created": meta.get("created"),
-    }
+    return index.listing_row(
+        meta,
+        summary,
+        run_id=str(attr_or(obj, "run_id", "") or ""),
+        status=str(attr_or(obj, "status", "") or summary.get("status") or "unknown"),
+        label=label() if callable(label) else label,
+        config=cfg.to_dict() if hasattr(cfg, "to_dict") else dict(cfg),
+        workers=attr_or(obj, "workers", None),
+        derived=attr_or(obj, "derived", None),
+    )
 
 
 def _listed(items: Iterable[Any], on_skip: Callable[[RecordError], None] | None) -> list[tuple]:
