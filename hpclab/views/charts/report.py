@@ -168,7 +168,20 @@ def render_report(
     runs: Sequence[str] = (),
     where: dict[str, str] | None = None,
 ) -> str:
-    """The report as one HTML string (see :func:`write_report`)."""
+    """The report as one HTML string; :func:`write_report` writes it to a file.
+
+    Contents: title, date and package versions (from the runs' summaries), the comparison table,
+    the dashboard figure of all runs, and with ≥ 2 runs the sweep charts (accuracy vs batch,
+    steps/time to `target` — default 90 % of the best final validation accuracy, named in the
+    page — and scaling efficiency when worker counts differ).
+
+    `records_or_paths`: runs, run folders or runs roots (every run recorded under it, listed
+    through its index). The report draws the curves of at most `curves` runs: with more, those
+    matching `runs` (run-id globs) and `where` (listing column → glob or ``>=x``/``<=x``),
+    the `pick` first (``"newest"``, ``"best"`` final validation accuracy, or
+    ``"best-per-label"``); the others are listed in a table and the page says the rule
+    (:mod:`hpclab.views.charts.report_select`).
+    """
     if isinstance(records_or_paths, Selection):
         sel = records_or_paths
     else:
@@ -282,37 +295,14 @@ def write_report(
     records_or_paths: Iterable[Any] | Selection,
     path: str | os.PathLike,
     title: str = "hpclab report",
-    *,
-    target: float | None = None,
-    curves: int = CURVES,
-    pick: str = "newest",
-    runs: Sequence[str] = (),
-    where: dict[str, str] | None = None,
+    **choose,
 ) -> Path:
-    """Write ONE self-contained HTML file comparing the runs; returns its path.
+    """Write ONE self-contained HTML file comparing the runs, atomically; returns its path.
 
-    Contents: title, date and package versions (from the runs' summaries), the comparison table,
-    the dashboard figure of all runs, and with ≥ 2 runs the sweep charts (accuracy vs batch,
-    steps/time to `target` — default 90 % of the best final validation accuracy, named in the
-    page — and scaling efficiency when worker counts differ). Written atomically.
-
-    `records_or_paths`: runs, run folders or runs roots (every run recorded under it, listed
-    through its index). The report draws the curves of at most `curves` runs: with more, those
-    matching `runs` (run-id globs) and `where` (listing column → glob or ``>=x``/``<=x``),
-    the `pick` first (``"newest"``, ``"best"`` final validation accuracy, or
-    ``"best-per-label"``); the others are listed in a table and the page says the rule
-    (:mod:`hpclab.views.charts.report_select`).
-    """
+    The page and `choose` (keywords ``target``, ``curves``, ``pick``, ``runs``, ``where``) are
+    :func:`render_report`'s."""
     path = Path(path)
-    page = render_report(
-        records_or_paths,
-        title=title,
-        target=target,
-        curves=curves,
-        pick=pick,
-        runs=runs,
-        where=where,
-    )
+    page = render_report(records_or_paths, title=title, **choose)
     path.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomic(path, page, mode=0o644)  # readable by others: a report is meant to be shared
     return path
