@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from hpclab.core.catalog import MAX_ROLLBACKS, MAX_STEPS_PER_CALL
+from hpclab.core.catalog import MAX_ROLLBACKS, MAX_STEPS_PER_CALL, RANK_LISTS_MAX
 from hpclab.core.config import RunConfig
 from hpclab.core.filedata import is_file_dataset
 from hpclab.core.health import judge
@@ -43,6 +43,7 @@ from hpclab.rank.validation import Validation
 
 CALL_TARGET_S = 0.15  # auto-sized calls last about this long
 FIRST_CALL_STEPS = 4  # the first call also traces: keep it short
+FULL_EVAL_MIN_STEPS = 32  # above RANK_LISTS_MAX ranks: steps of training per full evaluation
 
 
 @dataclass
@@ -297,14 +298,14 @@ class Trainer:
             m.add(reduced, k, t0)
             status, error = self._outcome(reduced, step, spike)
             epoch_end = step % self.steps_per_epoch == 0 or step >= self.total_steps
-            evaluating += self._window_end(m, reduced, step, epoch_end, status, t_start)
+            evaluating += self._window_end(m, reduced, step, status, t_start)
             if self.ckpt.due(step, status, self.total_steps):  # (not training time either)
                 evaluating += self._checkpoint(step, m)
             if status != "finished":
                 break
             if epoch_end:
                 evaluating += self._epoch_end(m, step, t_start)
-            if reduced[R["publish"]] > 0 or epoch_end:
+            if reduced[R["publish"]] > 0:
                 m.publisher.publish("running", step, time.perf_counter())
             k_plan = max(1, int(reduced[R["next_steps"]]))
             m.sizer.observe(k, t1 - t0)
@@ -390,7 +391,7 @@ class Trainer:
             return "stopped", None  # (a stop that lands in the last call finds the run done)
         return "finished", None
 
-    def _window_end(self, m, reduced, step, epoch_end, status, t_start) -> float:
+    def _window_end(self, m, reduced, step, status, t_start) -> float:
         """A held-out evaluation if one is due, and the telemetry window's history row where one
         ends (every rank gathers its detail on the same calls); the seconds evaluated."""
         point, evaluated = None, 0.0  # a held-out evaluation ends a history row
@@ -401,7 +402,11 @@ class Trainer:
                 point = self.val.subset()
             evaluated = time.perf_counter() - t_eval
             m.clock.add_eval(evaluated)
-        if reduced[R["publish"]] > 0 or epoch_end or point or status != "finished":
+        # (not at every epoch end: at 64 ranks the default data makes 8-step epochs, and a row
+        # and a publish at each cost rank 0 as much as its steps, benchmarks/epoch_overhead.py;
+        # the epoch's row rides in the next message)
+        last = step >= self.total_steps or status != "finished"
+        if reduced[R["publish"]] > 0 or point or last:
             detail = self.call.gather_detail(m.clock.take())  # every rank, same calls
             if self.rank == 0:
                 row = m.window.row(
@@ -418,13 +423,25 @@ class Trainer:
         """The full held-out evaluation and the epoch's row; the seconds evaluated."""
         t_eval = time.perf_counter()
         with self.step.evaluated(), PROGRESS.during("evaluation", step):
-            val = self.val.full_set() if self.val is not None else (float("nan"),) * 2
+            val = self.val.full_set() if self._full_eval_due(step) else (float("nan"),) * 2
         t = time.perf_counter()
         m.clock.add_eval(t - t_eval)  # (lands in the next row's window)
         row = m.epochs.close(step, t, t - t_start, self._lr(step), val)
         row["epoch"] = -(-step // self.steps_per_epoch)  # (a resumed run counts on)
         m.publisher.add_epoch(row)
         return t - t_eval
+
+    def _full_eval_due(self, step: int) -> bool:
+        """Whether the epoch ending at ``step`` evaluates the whole validation set: always up
+        to RANK_LISTS_MAX ranks (the lab's lessons) and at the run's end; above, epochs of
+        fewer than FULL_EVAL_MIN_STEPS steps (64 ranks: 8) only every few, so evaluation does
+        not outweigh training (every rank computes the same answer: it is a collective)."""
+        if self.val is None:
+            return False
+        if step >= self.total_steps or self.world <= RANK_LISTS_MAX:
+            return True
+        every = -(-FULL_EVAL_MIN_STEPS // self.steps_per_epoch)
+        return (step // self.steps_per_epoch) % every == 0
 
     def _checkpoint(self, step: int, m: LoopMeters) -> float:
         """Rank 0 writes the whole state at ``step``; the seconds it took."""
