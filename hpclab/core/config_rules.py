@@ -39,6 +39,9 @@ def validate(cfg) -> None:
         for name, plain in (("batch_skew", 0.0), ("fp16_allreduce", False)):
             if getattr(cfg, name) != plain:  # (uneven replicas; float16 models)
                 fail(name, getattr(cfg, name), f"{plain!r} with update {cfg.update!r}")
+    if cfg.skip_allreduce and (cfg.update != "sync" or cfg.sdc_target != "none"):
+        # a measuring device for synchronous steps; the SDC lesson judges replicas kept equal
+        fail("skip_allreduce", cfg.skip_allreduce, "False unless update is 'sync' without SDC")
     if cfg.update == "crossbow" and cfg.optimizer != "sgd":  # the momentum is the average's
         fail("optimizer", cfg.optimizer, "'sgd' with update 'crossbow' (momentum acts on z)")
     for name, plain in (("augment", "none"), ("shards", "iid"), ("shuffle", "local")):

@@ -258,6 +258,9 @@ KNOBS: tuple[Knob, ...] = (
              "allreduce", "float16 allreduce"),
         Knob("grad_allreduce", "choice", "grouped", "grouped (one fused op) or per_tensor "
              "(overlaps backprop)", "allreduce", choices=GRAD_ALLREDUCES),
+        # a measuring device (hpclab.studies.scaling_ablation): the replicas drift apart
+        Knob("skip_allreduce", "bool", False, "measuring only: skip the gradient allreduce "
+             "(replicas drift apart; weight digests differ)", "skip the allreduce"),
     ),
     *_section(
         "engine loop",
