@@ -109,6 +109,10 @@ class Trainer:
         keras.backend.clear_session()
         keras.utils.set_random_seed(cfg.seed)
         optimizers.set_precision(cfg.precision)
+        if cfg.precision == "mixed_bfloat16" and not tf.config.list_logical_devices("GPU"):
+            from hpclab.rank import bfloat16  # oneDNN below AVX-512: one sentence, not a crash
+
+            bfloat16.check(tf, self.rank)
         self.steps_per_epoch = self.plan.steps_per_epoch
         self.total_steps = self.plan.total_steps
         self.local_batch = self.plan.local_batches[self.rank]  # (uneven under batch_skew)
