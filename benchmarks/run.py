@@ -83,6 +83,7 @@ PLANS = {
         "ab_epochs": 4,
         "tel_pairs": 6,
         "tel_epochs": 6,
+        "tel_pair_epochs": 40,
         "hvd_rounds": 2,
         "hvd_reps": 2,
         "hvd_epochs": 3,
@@ -104,6 +105,7 @@ PLANS = {
         "ab_epochs": 2,
         "tel_pairs": 1,
         "tel_epochs": 3,
+        "tel_pair_epochs": 12,
         "hvd_rounds": 1,
         "hvd_reps": 1,
         "hvd_epochs": 2,
@@ -682,8 +684,12 @@ class Suite:
             [r["samples_per_sec"] for r in on], [r["samples_per_sec"] for r in off]
         )
         med = bl.median(ratios)
+        calls = self._stamp_pairs(on_cfg)
         return {
             "goal": GOALS["telemetry"],
+            # the split's timestamps on vs off in adjacent calls of one run (stamp_pairs): the
+            # load drifts slower than a call, so these pairs resolve 1 % where whole runs do not
+            "calls": calls,
             "ranks": 2,
             "config_on": on_cfg.to_dict(),
             "off": "publish_every_s=0, noise_scale=False and time_split=False (no publishing, no "
@@ -698,6 +704,29 @@ class Suite:
             "engine_ratios": eratios,
             "engine_ratio_median": bl.median(eratios),
             "verdict": bl.verdict(med, GOALS["telemetry"]),
+        }
+
+    def _stamp_pairs(self, on_cfg) -> dict:
+        """One 2-rank run whose calls alternate timed / untimed (``stamp_pairs``): each pair's
+        throughput ratio timed / untimed, their median and mean with its 95 % interval."""
+        cfg = on_cfg.replace(stamp_pairs=True, epochs=self.plan["tel_pair_epochs"])
+        lab = self.lab(2)
+        s = lab.run(cfg).wait(timeout=RUN_TIMEOUT_S)
+        pairs = (s.get("stamp_pairs") or [])[2:]  # past tracing and the calls' first sizing
+        ratios = [untimed / timed for timed, untimed in pairs if timed > 0]
+        n = len(ratios)
+        mean = sum(ratios) / n if n else float("nan")
+        sd = (sum((r - mean) ** 2 for r in ratios) / (n - 1)) ** 0.5 if n > 1 else float("nan")
+        half = 1.96 * sd / n**0.5 if n > 1 else float("nan")
+        self.log(f"  stamp pairs: {n} adjacent calls, on/off {mean:.4f} ± {half:.4f} (95 %)")
+        return {
+            "pairs": n,
+            "ratio_median": bl.median(ratios),
+            "ratio_mean": mean,
+            "ratio_ci95": [mean - half, mean + half],
+            "ms_per_step_timed": 1000 * bl.median([t for t, _ in pairs]),
+            "ms_per_step_untimed": 1000 * bl.median([u for _, u in pairs]),
+            "verdict": bl.verdict(mean, GOALS["telemetry"]),
         }
 
     def horovod(self) -> dict:

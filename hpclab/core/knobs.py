@@ -291,6 +291,8 @@ KNOBS: tuple[Knob, ...] = (
              "the first call (0 = off)", "timeline steps", lo=0, hi=100_000, step=50),
         Knob("time_split", "bool", True, "time each step's parts in the graph "
              "(hpclab.core.pop; on with a straggler)", "time the parts"),
+        Knob("stamp_pairs", "bool", False, "make bench: every other call runs untimed, pairing "
+             "adjacent calls to measure the split's cost", "pair untimed calls"),
         Knob("time_sync", "choice", "auto", "the split's clock: auto (a device sync at each "
              "split point on a GPU, host clock on CPU), device (always), host (never; on a GPU "
              "the parts then time dispatch)", "split clock", choices=TIME_SYNCS),

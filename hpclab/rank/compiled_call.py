@@ -12,9 +12,17 @@ publish calls the host gathers every rank's own timings (:meth:`CompiledCall.gat
 
 from __future__ import annotations
 
+import contextlib
+
 from hpclab.core.pop import STEP_PARTS
 from hpclab.rank.meters import DECISIONS, REDUCED
 from hpclab.rank.step import SUMS
+
+#: Only the call's last step is split into parts (hpclab.rank.step), its split stretched over the
+#: call's total: five timestamps a step cost ~5 % of a small model's step on two shared cores,
+#: so the loop's steps take none and only their total time is stamped; the last step is traced
+#: apart anyway (it samples the gradients), so this adds no trace. A straggler run times every
+#: step: its wait is sized from each step's clock.
 
 
 class CompiledCall:
@@ -33,23 +41,52 @@ class CompiledCall:
         self.step, self.source, self.watch = step, source, watch
         self.local_batch, self.grad_elems = local_batch, grad_elems
         scalar = tf.TensorSpec([], tf.int32)
-        self.function = tf.function(
-            self._call,
-            input_signature=[
-                scalar,
-                scalar,
-                scalar,
-                tf.TensorSpec([len(DECISIONS)], tf.float64),
-                tf.TensorSpec([3], tf.float32),
-                scalar,
-            ],
+        signature = [
+            scalar,
+            scalar,
+            scalar,
+            tf.TensorSpec([len(DECISIONS)], tf.float64),
+            tf.TensorSpec([3], tf.float32),
+            scalar,
+        ]
+        self.function = tf.function(self._call, input_signature=signature)
+        # stamp_pairs (make bench): every other call runs a twin traced without any timestamp,
+        # so the stamps' cost is read from adjacent calls of one run (the load drifts slowly)
+        paired = step.cfg.stamp_pairs and step.stamp.on and not step.every_step
+        # (traced without AutoGraph: _call needs none, and AutoGraph's conversion of the step's
+        # methods under the pausing `with` dropped their `self`)
+        self.untimed = (
+            tf.function(self._untimed, input_signature=signature, autograph=False)
+            if paired
+            else None
         )
+        self.calls, self.pairs, self._timed = 0, [], None
+
+    def next_function(self):
+        """The function the next call runs: the timed one, or every other call its untimed twin."""
+        self.calls += 1
+        return self.untimed if self.untimed is not None and self.calls % 2 == 0 else self.function
+
+    def took(self, steps: int, seconds: float) -> None:
+        """The call just run: with ``stamp_pairs``, a (timed, untimed) pair of seconds per step
+        is recorded each untimed call (:attr:`pairs`)."""
+        if self.untimed is None or steps <= 0:
+            return
+        if self.calls % 2:
+            self._timed = seconds / steps
+        elif self._timed is not None:
+            self.pairs.append((self._timed, seconds / steps))
+            self._timed = None
+
+    def _untimed(self, *args):
+        with self.step.stamp.paused():
+            return self._call(*args)
 
     def _call(self, epoch, start, steps, decided, guard, flip):
         """``steps`` optimizer steps from step ``start`` of ``epoch``; the reduced telemetry, this
         rank's time split (by part) and the spike detector's ``guard`` state (``flip``: the
         fault's mask)."""
-        tf, source, check = self.tf, self.source, self.watch.check
+        tf, source, check, stamp = self.tf, self.source, self.watch.check, self.step.stamp
         order = source.order(epoch)
         last = steps - 1  # (steps >= 1: the last step, traced apart, samples the gradients)
 
@@ -60,15 +97,23 @@ class CompiledCall:
             out, took, clock, loss = self.step(batch(i), clock)
             return i + 1, _add(sums, out), _add(times, took), clock, check(tf, guard, loss, i)
 
-        _, sums, times, clock, guard = tf.while_loop(
-            lambda i, *_: i < last,
-            body,
-            (tf.constant(0), self._zeros(SUMS), self._zeros(STEP_PARTS), self.step.start(), guard),
-            parallel_iterations=1,
-        )
+        init = (tf.constant(0), self._zeros(SUMS), self._zeros(STEP_PARTS), self.step.start())
+        sampled = stamp.on and not self.step.every_step
+        with stamp.paused() if sampled else contextlib.nullcontext():
+            _, sums, times, clock, guard = tf.while_loop(
+                lambda i, *_: i < last, body, (*init, guard), parallel_iterations=1
+            )
+        if sampled:  # the loop's steps untimed, their total stamped (the While op's outputs:
+            begun = stamp([*sums.values(), guard])  # after all its steps)
+            untimed = tf.cast(begun - init[3][1], tf.float32)
+            clock, times = tf.stack([begun, begun]), init[2]  # (the loop's parts read nothing)
         flip = flip if self.watch.in_call else None
         out, took, _, loss = self.step(batch(last), clock, sample=True, flip=flip)
         sums, times, guard = _add(sums, out), _add(times, took), check(tf, guard, loss, last)
+        if sampled:  # the last step's split, stretched over the call's exactly timed total
+            timed = tf.add_n(list(times.values()))
+            scale = tf.math.divide_no_nan(timed + untimed, timed)
+            times = {part: t * scale for part, t in times.items()}
         return self._reduce(sums, steps, decided), times, guard  # the times: this rank's own
 
     def _zeros(self, names) -> dict:

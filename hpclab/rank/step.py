@@ -9,8 +9,9 @@ backward, and a straggler's extra time), ``allreduce`` (Horovod's gradient avera
 the wait for the slowest rank*: the collective cannot finish before every rank has joined it;
 with model averaging, the models' average too) and ``apply`` (the optimizer's update). Five
 timestamps a step are not free where two ranks share two busy cores: 2 ranks of cnn1d take
-1.51 → 1.59 ms a step with them (one rank with a spare core shows no cost); ``make bench``
-compares telemetry on and off (benchmarks/README.md).
+1.51 → 1.59 ms a step with them (one rank with a spare core shows no cost), so only each call's
+last step is split, over the call's exactly timed total (:mod:`hpclab.rank.compiled_call`; a
+straggler run times every step); ``make bench`` compares telemetry on and off (benchmarks/README.md).
 
 What a lesson adds to the step is a *feature* (:mod:`hpclab.rank.features`): the straggler,
 batch weighting, SDC, model averaging (local SGD, hybrid, Crossbow), staleness. Each fills named
@@ -80,6 +81,16 @@ class Stamp:
         self.tf, self.method = tf, method
         self.on = method != "off"
 
+    @contextlib.contextmanager
+    def paused(self):
+        """Steps traced inside take no timestamps (their stamps read 0): the compiled call's
+        untimed steps (:mod:`hpclab.rank.compiled_call`)."""
+        on, self.on = self.on, False
+        try:
+            yield
+        finally:
+            self.on = on
+
     def __call__(self, tensors):
         tf = self.tf
         if not self.on:
@@ -126,6 +137,9 @@ class Step:
         on = cfg.time_split or "straggler" in names
         gpu = bool(tf.config.list_logical_devices("GPU"))
         self.stamp = Stamp(tf, split_method(cfg.time_sync, gpu, on))
+        # The straggler sizes its wait from every step's clock: its steps are all timed. Other
+        # runs time each call's last step (compiled_call).
+        self.every_step = "straggler" in names
         ctx = StepContext(
             cfg=cfg,
             model=model,

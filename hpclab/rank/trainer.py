@@ -282,6 +282,7 @@ class Trainer:
             t0 = time.perf_counter()
             reduced, took, guard = self._call(step, k, decided)
             t1 = time.perf_counter()
+            self.call.took(k, t1 - t0)
             if "first_call_s" in timing:
                 PROGRESS.call_took(t1 - t0)
             timing.setdefault("first_call_s", t1 - t0)  # graph optimisation happens here
@@ -367,7 +368,7 @@ class Trainer:
         epoch, in_epoch = divmod(step, self.steps_per_epoch)
         self.watch.before_call(self.model, step, self.digest)
         guard, flip = self.watch.inputs(step, k)
-        reduced, took, guard = self.train_call(
+        reduced, took, guard = self.call.next_function()(
             tf.constant(epoch),
             tf.constant(in_epoch),
             tf.constant(k),
@@ -477,6 +478,8 @@ class Trainer:
             summary["timeline"] = m.timeline.summary
         if self.rank == 0:
             summary["checkpoints"] = self.ckpt.summary()
+        if self.call.untimed is not None:  # (timed, untimed) s per step of adjacent calls
+            summary["stamp_pairs"] = self.call.pairs
         summary["start_step"] = self.start_step
         summary["train_time_s"] = train_time
         summary["augment_offline_s"] = self.train_input.offline_s  # before training
