@@ -31,6 +31,7 @@ def test_doctor_runs_a_two_rank_allreduce():
     assert re.search(r"frameworks\s+TensorFlow: yes", out), out
     assert re.search(r"MPI library\s+\S+", out) and re.search(r"mpiexec\s+/\S+", out), out
     assert "TensorFlow    2.15.1" in out and "Horovod       0.28.1" in out, out
+    assert re.search(r"bfloat16\s+(runs through|no: precision='mixed_bfloat16')", out), out
     rank_lines = re.findall(r"rank (\d)/2 .*allreduce\(sum of rank\+1\) = (\S+)", out)
     assert sorted(rank_lines) == [("0", "3"), ("1", "3")], out
     assert "all 2 ranks agree: 3" in out, out

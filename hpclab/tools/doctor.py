@@ -8,7 +8,8 @@ Stages, each timed:
               and that its ops link the same libmpi that mpi4py loads; on a site stack
               (``make STACK=site setup``) first the site's TensorFlow version and Horovod's
               flags (:mod:`hpclab.tools.site_checks`);
-3. devices    TensorFlow's CPU and GPU devices;
+3. devices    TensorFlow's CPU and GPU devices, and whether this CPU runs bfloat16 (oneDNN needs
+              AVX-512; :func:`hpclab.rank.bfloat16.probe`, in a child process);
 4. engines    (skipped with ``--quick``) start 2 ipyparallel MPI engines, ``hvd.init()`` on both,
               allreduce each rank's ``rank + 1`` and check that every rank got ``1 + 2 = 3``
               (:func:`hpclab.tools.doctor_profile.check_allreduce`, shared with ``--profile``).
@@ -32,11 +33,13 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
 
 from hpclab.cluster.host import find_mpiexec
 from hpclab.core.errors import LabError
+from hpclab.rank.bfloat16 import describe, probe
 from hpclab.tools import doctor_profile, linkage, site_checks
 
 #: Engines started by the full check; the expected allreduce result is 1 + 2 + ... + N.
@@ -284,8 +287,9 @@ def check_site(tf: Any, hvd: Any, mpi4py_libmpi: str | None) -> None:
         _row("checked", f"TensorFlow {facts.tf_version}, Horovod with TensorFlow and MPI, one MPI")
 
 
-def check_devices(tf: Any) -> None:
-    """Stage 3: the devices TensorFlow sees."""
+def check_devices(tf: Any, bf16: Future | None = None) -> None:
+    """Stage 3: the devices TensorFlow sees, and whether this CPU runs bfloat16 (``bf16``: the
+    child probe started at the beginning, so its TensorFlow import overlaps the others)."""
     with _stage("TensorFlow devices"):
         cpus = tf.config.list_physical_devices("CPU")
         gpus = tf.config.list_physical_devices("GPU")
@@ -295,6 +299,8 @@ def check_devices(tf: Any) -> None:
             ", ".join(d.name.replace("/physical_device:", "") for d in gpus)
             or "none (CPU-only TensorFlow or no CUDA device visible)",
         )
+        if bf16 is not None:
+            _row("bfloat16", describe(bf16.result()))
 
 
 def check_engines(timeout: float, workers: int = WORKERS) -> None:
@@ -382,12 +388,13 @@ def run(args: argparse.Namespace) -> int:
         "TF_CPP_MIN_LOG_LEVEL", "2"
     )  # keep TensorFlow's C++ banner out of the report
     start = time.perf_counter()
+    bf16 = ThreadPoolExecutor(max_workers=1).submit(probe)  # a child process: see check_devices
     try:
         found = check_versions()
         if site_checks.is_site_stack(sys.prefix):
             check_site(found["tf"], found["hvd"], found["mpi4py_libmpi"])
         check_horovod(found["hvd"], found["tf"].__version__, found["mpi4py_libmpi"])
-        check_devices(found["tf"])
+        check_devices(found["tf"], bf16)
         if not args.quick:
             check_engines(args.timeout)
     except DoctorError as err:

@@ -67,7 +67,8 @@ PREFERRED_MODELS = ("cnn1d", "resnet20")  # picked when a dataset change rules t
 PRECISION_HINT = (
     "<b>float16</b> speed-ups need a GPU with Tensor Cores; on a CPU mixed_float16 is usually "
     "<i>slower</i>. <b>bfloat16</b> on a CPU is for studying the numerics (loss curves, "
-    "divergence), not for speed."
+    "divergence), not for speed, and needs AVX-512: below it the run fails with a sentence "
+    "saying so."
 )
 
 
