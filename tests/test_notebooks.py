@@ -157,18 +157,33 @@ def _claim_02(runs_dir: Path) -> str:
 
 def _claim_03(runs_dir: Path) -> str:
     """Notebook 03: bfloat16's accuracy lands within twice the seed-to-seed gap (or 2 points) of
-    float32's, at each of two seeds; float16 on a CPU is at least twice as slow as float32; early
-    in training float16 without the loss scaler has the scaled run's share of zero gradient
-    elements within a quarter (or 0.05 points: no sign of underflow), within half a percent of
-    float32's."""
+    float32's, at each of two seeds, where oneDNN runs bfloat16 (hpclab.rank.bfloat16's probe);
+    below AVX-512 every bfloat16 run failed at set-up with the ranks' sentence instead. float16
+    on a CPU is at least twice as slow as float32; early in training float16 without the loss
+    scaler has the scaled run's share of zero gradient elements within a quarter (or 0.05
+    points: no sign of underflow), within half a percent of float32's."""
+    from hpclab.rank import bfloat16
+
     records = _records(runs_dir)
     cnn = [r for r in records if r.config["model"] != "resnet20" and not r.config["max_steps"]]
-    acc = {(r.config["seed"], r.config["precision"]): r.summary["val_accuracy"] for r in cnn}
+    acc = {(r.config["seed"], r.config["precision"]): r.summary.get("val_accuracy") for r in cnn}
     seeds = sorted({s for s, _ in acc})
     assert len(seeds) == 2 and len(acc) == 4, acc
-    seed_gap = max(abs(acc[seeds[0], p] - acc[seeds[1], p]) for p in ("float32", "mixed_bfloat16"))
-    precision_gap = max(abs(acc[s, "mixed_bfloat16"] - acc[s, "float32"]) for s in seeds)
-    assert precision_gap <= max(2 * seed_gap, 0.02), (precision_gap, seed_gap, acc)
+    bf16 = [r for r in records if r.config["precision"] == "mixed_bfloat16"]
+    runs = bfloat16.probe()["ok"]
+    assert runs is not None, "the bfloat16 probe timed out: the machine is too busy to tell"
+    if not runs:  # below AVX-512: every bfloat16 run failed with the sentence
+        assert all(r.status == "failed" for r in bf16), [r.status for r in bf16]
+        assert all("TF_ENABLE_ONEDNN_OPTS=0" in r.summary["error"] for r in bf16), bf16[0].summary
+        gaps = f"bfloat16 failed at set-up in all {len(bf16)} runs, as the probe predicts"
+    else:
+        assert all(r.status == "finished" for r in bf16), [r.status for r in bf16]
+        seed_gap = max(
+            abs(acc[seeds[0], p] - acc[seeds[1], p]) for p in ("float32", "mixed_bfloat16")
+        )
+        precision_gap = max(abs(acc[s, "mixed_bfloat16"] - acc[s, "float32"]) for s in seeds)
+        assert precision_gap <= max(2 * seed_gap, 0.02), (precision_gap, seed_gap, acc)
+        gaps = f"precision gap {precision_gap:.4f}, seed gap {seed_gap:.4f}"
     float32_rate = min(
         r.summary["samples_per_sec"] for r in cnn if r.config["precision"] == "float32"
     )
@@ -185,7 +200,7 @@ def _claim_03(runs_dir: Path) -> str:
     assert abs(unscaled - scaled) <= max(0.0005, 0.25 * scaled), zeros  # the scaler rescued none
     assert abs(unscaled - f32) <= 0.005, zeros  # well under a percent of elements either way
     return (
-        f"val accuracy {acc} (precision gap {precision_gap:.4f}, seed gap {seed_gap:.4f}); "
+        f"val accuracy {acc} ({gaps}); "
         f"float16 {fp16:,.0f} vs float32 {float32_rate:,.0f} samples/s; zero share {zeros}"
     )
 
