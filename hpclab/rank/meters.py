@@ -33,7 +33,8 @@ REDUCED = (
     "small_sq",  # |G_local|² at the call's sampled step (before the allreduce)
     "big_sq",  # |G_global|² at the same step (after it; equal on every rank)
     "noise_samples",  # ranks that sampled the norms this call (0 or world)
-    "grad_zeros",  # gradient elements exactly 0 at the call's last step (before the allreduce)
+    "grad_zeros",  # weight-gradient elements exactly 0 at the call's last step (before the
+    # allreduce): weight gradients only, structural zeros included (step.Step._zeros)
     "grad_elems",  # gradient elements looked at (every rank, every call)
     "nonfinite",  # ranks whose loss was NaN or infinite
     "stop",  # rank 0 saw a stop request

@@ -246,7 +246,13 @@ class Step:
         return tf.square(tf.linalg.global_norm(grads))
 
     def _zeros(self, grads):
-        """Gradient elements exactly 0 (scaled or not): float16's underflow, made visible."""
+        """Weight-gradient elements exactly 0 in this rank's gradient (scaled or not). Under
+        ``mixed_float16`` a weight gradient is the float16 gradient cast to float32, so this
+        counts the weight gradients' underflow to 0 together with zeros that are no underflow
+        (ReLUs that pass nothing back); it sees none of the activation gradients (the float16
+        tensors backprop carries between layers), where Micikevicius et al. 2018 ("Mixed
+        Precision Training", ICLR, Fig. 3) find most of the underflow.
+        ``hpclab.rank.probes.fp16_exponents`` counts both, against a float32 reference."""
         tf = self.tf
         return tf.add_n([tf.reduce_sum(tf.cast(tf.equal(g, 0), tf.float32)) for g in grads])
 
