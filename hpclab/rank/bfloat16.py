@@ -100,7 +100,7 @@ def sentence(rank: int | None, host: str, result: dict, env: dict | None = None)
         f"convolutions or matmuls {on}, as they need AVX-512 "
         f"({result.get('error') or 'the bfloat16 probe failed'}); use precision='float32', or "
         "set TF_ENABLE_ONEDNN_OPTS=0 in the engines' environment to run bfloat16 through "
-        "Eigen, slower than float32."
+        "Eigen, much slower than float32."
     )
 
 
