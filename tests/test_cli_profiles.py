@@ -256,6 +256,23 @@ def test_hub_snippet_leaves_out_what_the_profile_does_not_set():
     assert not {"req_partition", "req_gres", "req_options", "req_prologue"} & set(settings)
 
 
+def test_a_gpu_profile_without_threads_sizes_the_hub_job_and_job_script_as_the_lab_does():
+    from hpclab.cluster.lab_args import threads_for
+
+    gpu = profile(GPU.replace("threads_per_worker = 8\n", ""))
+    lab_rule = threads_for(None, 0, gpu.node.gpus, 4, None)[0]  # Lab(threads_per_worker=None)
+    assert lab_rule > 1  # GPU ranks get more than one thread by default
+    settings = _hub_entry(cli_profiles.hub_snippet(gpu, 4, None, "gpu"))[1][0][3]
+    assert settings["req_nprocs"] == str(4 * lab_rule + 1)
+    script = cli_profiles.job_script(gpu, 4, None, ["run"], python="py")
+    assert f"#SBATCH --cpus-per-task={lab_rule}" in script.splitlines()
+    assert script.endswith(f"--workers 4 --threads-per-worker {lab_rule}")
+    asked = _hub_entry(cli_profiles.hub_snippet(gpu, 4, 1, "gpu"))[1][0][3]  # asked: kept
+    assert asked["req_nprocs"] == "5"
+    cpu = _hub_entry(cli_profiles.hub_snippet(profile(ALLOC, "alloc"), 2, None, "alloc"))
+    assert cpu[1][0][3]["req_nprocs"] == "3"  # CPU ranks: one thread each
+
+
 # ---------------------------------------------------------------------------------------------
 # --job-script (mode c)
 # ---------------------------------------------------------------------------------------------

@@ -17,13 +17,14 @@ import shlex
 import sys
 
 from hpclab.cluster import profiles, site_mpi
+from hpclab.cluster.lab_args import cpus_for
 from hpclab.cluster.launch import LaunchPlan
 from hpclab.cluster.profiles import Profile
 from hpclab.core.errors import ConfigError
 from hpclab.records import paths
 from hpclab.tools import job_chain
 from hpclab.tools.cli_run import positive_int
-from hpclab.tools.hub_snippet import engine_memory, hub_snippet
+from hpclab.tools.hub_snippet import engine_memory, hub_snippet, job_threads
 
 DEFAULT_WORKERS = 2
 FAKE_JOB_ID = "JOBID"
@@ -41,7 +42,10 @@ class _Options(argparse.ArgumentParser):
 
 _OPTIONS = {  # option -> (metavar: a count; None: a flag, one of the two outputs), help
     "--workers": ("N", f"engines the plan, snippet or job is for (default {DEFAULT_WORKERS})"),
-    "--threads-per-worker": ("T", "threads per engine (default 1; node.threads_per_worker wins)"),
+    "--threads-per-worker": (
+        "T",
+        "threads per engine (default 1, 2 on GPU nodes; node.threads_per_worker wins)",
+    ),
     "--nodes": ("K", "spread the engines over K nodes (default: as Slurm places them)"),
     "--engine-mib": ("MIB", "--hub-snippet: MiB per engine at start (default: the newest run's)"),
     "--hub-snippet": (None, "print a JupyterHub (ProfilesSpawner) choice for a job of this shape"),
@@ -205,9 +209,9 @@ def job_script(
             "would queue a second job; use a profile with launch.mode = 'auto' or 'srun' for jobs."
         )
     n, add_n = _sized(argv, "--workers", workers, DEFAULT_WORKERS)
-    t, add_t = _sized(argv, "--threads-per-worker", threads, 1)
+    t, add_t = _sized(argv, "--threads-per-worker", threads, 0)
     k, add_k = _sized(argv, "--nodes", nodes, 0)
-    t = profile.node.threads_per_worker or t
+    t = job_threads(profile, n, t or None)
     added = (["--workers", str(n)] if add_n else []) + (["--nodes", str(k)] if add_k and k else [])
     added += ["--threads-per-worker", str(t)] if add_t else []
     s = profile.slurm
@@ -343,7 +347,12 @@ def run(args: argparse.Namespace) -> int:
     elif args.job_script:
         print(job_script(profile, workers, threads, command, nodes=args.nodes, selector=selector))
     else:
-        _show_one(profile, workers or DEFAULT_WORKERS, threads or 1, args.nodes or 0)
+        n = workers or DEFAULT_WORKERS
+        mode = profile.launch.mode
+        if mode == "auto":
+            mode = "srun" if os.environ.get("SLURM_JOB_ID") else "mpiexec"
+        cpus = cpus_for(mode, dict(os.environ), os.cpu_count())
+        _show_one(profile, n, job_threads(profile, n, threads, cpus), args.nodes or 0)
     return 0
 
 

@@ -6,7 +6,9 @@ The snippet adds one entry to wrapspawner's ``ProfilesSpawner.profiles`` (displa
 the append into a lazy value merged with whatever the hub set before or after. The job asks for:
 
 - CPUs (``req_nprocs``, SlurmSpawner's ``--cpus-per-task``): workers x threads for the engines
-  plus one for JupyterLab, the kernel and the ipyparallel controller;
+  plus one for JupyterLab, the kernel and the ipyparallel controller; threads per worker by the
+  Lab's own rule (:func:`job_threads`: the profile's, else the one asked, else 2 on GPU nodes,
+  else 1);
 - memory (``req_memory``, ``--mem``): per engine, the largest ``peak_rss_mib`` that engines of the
   newest run in the runs folder reported (``lab.ranks``, measured by each engine process at
   start, hpclab/rank/engine.py:memory) times ENGINE_GROWTH, else DEFAULT_ENGINE_MIB; plus
@@ -19,6 +21,7 @@ import json
 import math
 from pathlib import Path
 
+from hpclab.cluster.lab_args import threads_for
 from hpclab.cluster.profiles import Profile
 
 #: The JupyterLab step of a batchspawner job: one task, and --overlap so the engines' srun step
@@ -35,6 +38,17 @@ CONTROLLER_MIB = 400
 JUPYTER_MIB = 300
 SPARE_CPUS = 1  # JupyterLab, the kernel and the controller (the engines get workers x threads)
 NEWEST_RUNS = 200  # run folders read at most, newest first
+
+
+def job_threads(
+    profile: Profile, workers: int, threads: int | None, cpus: int | None = None
+) -> int:
+    """Threads per worker a Lab of `workers` under `profile` would use (hpclab.cluster.lab_args
+    .threads_for: the profile's node.threads_per_worker, else `threads`, else 2 when the profile
+    asks for GPUs, lowered to what `cpus` allow, else 1). `cpus` None: the job asks for its own."""
+    return threads_for(threads, profile.node.threads_per_worker, profile.node.gpus, workers, cpus)[
+        0
+    ]
 
 
 def engine_memory(runs_dir: Path | None) -> tuple[float, str]:
@@ -74,7 +88,7 @@ def hub_snippet(
     memory_source: str = "",
 ) -> str:
     """The `jupyterhub_config.py` lines (see the module docstring) for `workers` engines."""
-    t = profile.node.threads_per_worker or threads or 1
+    t = job_threads(profile, workers, threads)
     s = profile.slurm
     # SlurmSpawner's default batch_script uses neither {account} nor {qos}: pass them as options
     options = [f"--{k}={v}" for k, v in (("account", s.account), ("qos", s.qos)) if v]
@@ -120,4 +134,4 @@ def hub_snippet(
     )
 
 
-__all__ = ["hub_snippet", "engine_memory", "job_memory_mib", "HUB_SRUN"]
+__all__ = ["hub_snippet", "engine_memory", "job_memory_mib", "job_threads", "HUB_SRUN"]
