@@ -11,6 +11,7 @@ import argparse
 import json
 import os
 import sys
+import time
 
 from hpclab import Lab, LabError, RunConfig
 
@@ -24,6 +25,7 @@ def main() -> int:
     parser.add_argument("--runs-dir", required=True)
     args = parser.parse_args()
     out: dict = {"slurm_step": os.environ.get("SLURM_STEP_ID", "")}
+    t0 = time.monotonic()
     try:
         lab = Lab(
             workers=args.workers,
@@ -36,6 +38,7 @@ def main() -> int:
         out["error"] = str(exc)
         print(json.dumps(out), flush=True)
         return 3
+    out["seconds"] = {"start": round(time.monotonic() - t0, 1)}
     with lab:
         out["ranks"] = lab.ranks
         out["plan"] = lab.plan.record()
@@ -44,6 +47,7 @@ def main() -> int:
         run.wait()
         out["summary"] = run.summary
         out["status"] = run.status
+        out["seconds"]["run"] = round(time.monotonic() - t0 - out["seconds"]["start"], 1)
     print(json.dumps(out, default=str), flush=True)
     return 0
 

