@@ -48,6 +48,7 @@ EXPECTED = [
     "11_checkpoint_and_resume",
     "12_the_loop_by_hand",
     "13_overlap_and_fusion",
+    "14_float16_underflow",
 ]
 
 CELL_TIMEOUT_S = 300  # one cell (a sweep) may take this long before nbclient gives up
@@ -578,6 +579,32 @@ def _claim_13(runs_dir: Path) -> str:
     return f"samples/s by arm {rates}; " + " ".join(overlap.takeaways(records))
 
 
+def _claim_14(runs_dir: Path) -> str:
+    """Notebook 14: at the last point in training, float16 with the loss unscaled flushes to 0
+    more of the activation gradients than with it scaled by 2^15, at both seeds, by more than
+    twice the two seeds' spread of the unscaled share; more than at epoch 0; and more than it
+    flushes of the weight gradients (what grad_zero_fraction sees), at both seeds."""
+    from hpclab.studies import fp16
+
+    saved = fp16.load(runs_dir)
+    assert len(saved["seeds"]) == 2, saved["seeds"]
+    act, wt = fp16.flushed(saved, "activation"), fp16.flushed(saved, "weight")
+    epochs = sorted({e for _, e, _ in act})
+    first, last = epochs[0], epochs[-1]
+    assert first < last, epochs
+    un = [act[(s, last, "unscaled")] for s in saved["seeds"]]
+    spread = max(un) - min(un)
+    for seed in saved["seeds"]:
+        gain = act[(seed, last, "unscaled")] - act[(seed, last, "scaled")]
+        assert gain > 2 * spread, (seed, gain, spread)
+        assert act[(seed, last, "unscaled")] > act[(seed, first, "unscaled")] + 2 * spread
+        assert act[(seed, last, "unscaled")] > wt[(seed, last, "unscaled")] + 2 * spread
+    return "flushed to 0 (activation; weight): " + ", ".join(
+        f"seed {s} epoch {e} {k} {act[(s, e, k)]:.4f}; {wt[(s, e, k)]:.4f}"
+        for (s, e, k) in sorted(act)
+    )
+
+
 CLAIMS = {
     "00_welcome": _claim_00,
     "01_batch_size_accuracy": _claim_01,
@@ -593,6 +620,7 @@ CLAIMS = {
     "11_checkpoint_and_resume": _claim_11,
     "12_the_loop_by_hand": _claim_12,
     "13_overlap_and_fusion": _claim_13,
+    "14_float16_underflow": _claim_14,
 }
 
 
