@@ -26,8 +26,9 @@ order matters when costs interact (an ablation attributes to each cost what swit
 *after the previous ones* gained); the passes' spread is the yardstick for any part.
 
 The model is the MLP because it accepts both the 1-D signals and the synthetic images (the CNN
-takes 1-D signals only); evaluation and the gradient noise scale are off in every variant, so
-the variants differ in nothing but the cost they switch off.
+takes 1-D signals only); evaluation every few steps and the gradient noise scale are off in
+every variant, and E comes from the training throughput, which leaves out the real data's
+validation at epoch ends: the variants differ in nothing but the cost they switch off.
 """
 
 from __future__ import annotations
