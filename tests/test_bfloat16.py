@@ -58,9 +58,10 @@ def test_the_sentence_names_rank_cpu_cap_and_both_ways_out(cap):
 
 @pytest.mark.mpi
 @pytest.mark.slow
-@pytest.mark.own_lab
 def test_below_avx512_the_client_gets_the_sentence(tmp_path, monkeypatch):
-    """One engine whose oneDNN is capped at AVX2: the run fails at set-up with the sentence."""
+    """One engine whose oneDNN is capped at AVX2: the run fails at set-up with the sentence.
+    Not `own_lab`: nothing here is timed, and stopping the shared Lab would cost the next test
+    its restart (~9 s)."""
     monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")  # the engine inherits the client's env
     monkeypatch.delenv("TF_ENABLE_ONEDNN_OPTS", raising=False)
     with Lab(workers=1, runs_dir=tmp_path, verbose=False) as lab:
