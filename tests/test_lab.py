@@ -189,6 +189,36 @@ def test_start_and_stop_by_pid(tmp_path):
 
 
 @pytest.mark.mpi
+def test_a_clean_stop_lets_each_engines_nanny_end_by_itself(tmp_path, monkeypatch, caplog):
+    """Each engine's ipyparallel nanny tells the controller its engine left, then ends; on
+    another host nothing could kill it, so the lab must let it finish: the controller hears
+    every engine leave before it stops, and the stop kills nothing."""
+    from hpclab.cluster import engines
+
+    heard = []
+    shut_down = engines._shut_down
+
+    def recording(client, ids, seconds):
+        shut_down(client, ids, seconds)
+        heard.append(client.ids)  # the engines the controller still counts
+
+    monkeypatch.setattr(engines, "_shut_down", recording)
+    lab = Lab(workers=2, runs_dir=tmp_path, verbose=False)
+    nannies = [
+        p
+        for p in psutil.Process().children(recursive=True)
+        if "ipyparallel.engine.nanny" in " ".join(p.cmdline())
+    ]
+    assert len(nannies) == 2, nannies
+    with caplog.at_level(logging.WARNING, logger="hpclab.cluster.engines"):
+        lab.stop()
+    assert heard == [[]]  # every nanny's notice reached the controller
+    killed = [r.message for r in caplog.records if "outlived" in r.message]
+    assert not [m for m in killed if "nanny" in m], killed  # none ended by the lab
+    assert [p.pid for p in nannies if alive(p.pid)] == []
+
+
+@pytest.mark.mpi
 def test_a_users_ipcluster_config_never_leaks_in_and_state_is_private(tmp_path, monkeypatch):
     """ipyparallel loads ~/.ipython/profile_default/ipcluster_config.py by default; a Lab uses a
     private 0700 state folder instead (here the user's file would break mpiexec and time out)."""

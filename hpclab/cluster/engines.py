@@ -28,9 +28,12 @@ from hpclab.core.errors import LabError
 log = logging.getLogger(__name__)
 QUEUE_POLL_S = 2.0
 SHUTDOWN_S = 10.0  # a clean engine shutdown (Horovod and MPI finalise together) gets this long
+#: A nanny sends its engine's exit to the controller with LINGER 3 s (ipyparallel nanny.py,
+#: notify_exit), then ends: what is left after the stop gets this long before it is killed.
+NANNY_END_S = 3.0
 #: Lab.stop() returns within this: the run's stop (5 s), three bounded steps of SHUTDOWN_S
 #: (clean shutdown, engines, controller), then whatever is left on this host is killed.
-STOP_BOUND_S = 5 + 3 * SHUTDOWN_S + 5
+STOP_BOUND_S = 5 + 3 * SHUTDOWN_S + NANNY_END_S + 5
 #: Engines that reached the controller but heard this many heartbeats in a row missing (at
 #: HEARTBEAT_MS each) before registering meet a controller whose heart monitor is gone.
 SILENT_HEART_MISSES = 5
@@ -247,7 +250,7 @@ class EngineSet:
         if client is not None:
             ids = list(client.ids)
             if ids and clean:
-                _bounded(lambda: client.shutdown(targets=ids, block=True), SHUTDOWN_S)
+                _bounded(lambda: _shut_down(client, ids, SHUTDOWN_S), SHUTDOWN_S)
             try:
                 client.close()
             except Exception:  # noqa: BLE001 — closing a client whose engines died can fail
@@ -363,22 +366,49 @@ def _start_reaper(plan: LaunchPlan):
         return None
 
 
+def _shut_down(client, ids: list[int], seconds: float) -> None:
+    """Shut the engines `ids` down, then wait (at most `seconds`) until the controller has
+    unregistered each one.
+
+    Each engine's ipyparallel nanny (ipyparallel/engine/nanny.py, KernelNanny) notices its
+    engine's exit, sends the controller an ``unregistration_request`` and only then ends; with
+    the controller already stopped that message lingers (its socket's LINGER, 3 s) and the nanny
+    outlives the stop. Waiting here for the unregistrations (the controller's notifications
+    update ``client.ids``) lets every nanny end by itself, on this host or any other."""
+    client.shutdown(targets=ids, block=True)
+    deadline = time.monotonic() + seconds
+    while set(ids) & set(client.ids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 def _kill_survivors(processes: list) -> None:
-    """SIGKILL what is still alive of `processes` (psutil checks each is the same process)."""
+    """SIGKILL what is still alive of `processes` (psutil checks each is the same process)
+    after NANNY_END_S for those ending by themselves (a nanny whose notice is being sent)."""
     import psutil
 
-    alive = [p for p in processes if _alive(p)]
+    deadline = time.monotonic() + NANNY_END_S  # (an ended nanny, orphaned, may stay a zombie)
+    while (alive := [p for p in processes if _alive(p)]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    names = [_named(p) for p in alive]
     for p in alive:
         try:
             p.kill()
         except psutil.Error:
             pass
     if alive:
-        log.warning("killed %d lab process(es) that outlived the shutdown", len(alive))
+        log.warning("killed %d lab process(es) that outlived the shutdown: %s", len(alive), names)
         try:
             psutil.wait_procs(alive, timeout=5)
         except psutil.Error:  # one turned zombie or vanished between the check and the wait
             pass
+
+
+def _named(process) -> str:
+    """'pid command' of a process, its command line cut to 80 characters."""
+    try:
+        return f"{process.pid} {' '.join(process.cmdline())[:80]}"
+    except Exception:  # noqa: BLE001 — gone meanwhile
+        return str(process.pid)
 
 
 def _alive(process) -> bool:
