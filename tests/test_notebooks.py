@@ -731,13 +731,6 @@ def kernel_dirs(tmp_path_factory):
 
 
 SHARED_RUNS = {"05_critical_batch": "02_hardware_vs_statistical"}  # reader: the runs it reuses
-#: Notebooks not yet run top to bottom on a quiet machine: kept out of `make test` (a failing CI
-#: lands nothing) until they have been; HPCLAB_RUN_UNTIMED=1 runs them anyway.
-UNTIMED = {
-    "13_overlap_and_fusion": "written at a load average of 20-40, where one ResNet-20 run took "
-    "140 s and a cell passed nbclient's 300 s; its claim check passed on runs measured then. "
-    "Run it once with HPCLAB_RUN_UNTIMED=1 on a quiet machine, then drop this entry",
-}
 
 
 @pytest.fixture(scope="module")
@@ -754,16 +747,12 @@ def runs_root(tmp_path_factory):
 def test_notebook_runs_top_to_bottom(
     path, kernel_dirs, runs_root, monkeypatch, capsys, record_property
 ):
-    import os
-
     from jupyter_client.kernelspec import KernelSpecManager
     from jupyter_client.manager import AsyncKernelManager
     from jupyter_core.utils import run_sync
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
 
-    if path.stem in UNTIMED and not os.environ.get("HPCLAB_RUN_UNTIMED"):
-        pytest.skip(UNTIMED[path.stem])
     # Runs go to a fresh folder: a sweep must really train, not reuse an earlier session's runs.
     # Notebook 05 shares notebook 02's (it reuses 02's saved LR sweep, as it does for a student
     # who runs them in order; run alone, it measures the sweep itself).
