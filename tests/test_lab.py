@@ -202,13 +202,17 @@ def test_a_clean_stop_lets_each_engines_nanny_end_by_itself(tmp_path, monkeypatc
         shut_down(client, ids, seconds)
         heard.append(client.ids)  # the engines the controller still counts
 
+    def nannies_now() -> list:
+        return [
+            p
+            for p in psutil.Process().children(recursive=True)
+            if "ipyparallel.engine.nanny" in " ".join(p.cmdline())
+        ]
+
     monkeypatch.setattr(engines, "_shut_down", recording)
+    others = {p.pid for p in nannies_now()}  # another test's lab (the session's shared one)
     lab = Lab(workers=2, runs_dir=tmp_path, verbose=False)
-    nannies = [
-        p
-        for p in psutil.Process().children(recursive=True)
-        if "ipyparallel.engine.nanny" in " ".join(p.cmdline())
-    ]
+    nannies = [p for p in nannies_now() if p.pid not in others]
     assert len(nannies) == 2, nannies
     with caplog.at_level(logging.WARNING, logger="hpclab.cluster.engines"):
         lab.stop()
