@@ -6,10 +6,11 @@ No training and no engines: rank 0's real meters (hpclab.rank.meters) and publis
 pickled as ipyparallel's datapub pickles them and the run folder's log written. An epoch of
 ``steps`` steps lasts ``step_ms`` each (simulated clock); the bookkeeping's own time is measured.
 
-Two policies: ``every_epoch`` (a history row and a publish at every epoch end, as before) and
-``when_due`` (a row and a publish only when the publish cadence is due; the epoch's row rides in
-the next message). Not simulated: the detail allgather (a collective; it runs on the same calls
-as the row, so it goes with it) and the held-out evaluation. ::
+Two policies: ``every_epoch`` (a history row and a publish at every epoch end: the trainer's up
+to 16 ranks) and ``when_due`` (a row and a publish only when the publish cadence is due; the
+epoch's row rides in the next message: the trainer's above 16 ranks). Not simulated: the detail
+allgather (a collective; it runs on the same calls as the row, so it goes with it) and the held-
+out evaluation. ::
 
     .venv/bin/python benchmarks/epoch_overhead.py --world 64 --steps 8 --epochs 2000
 """

@@ -303,14 +303,17 @@ class Trainer:
             m.add(reduced, k, t0)
             status, error = self._outcome(reduced, step, spike)
             epoch_end = step % self.steps_per_epoch == 0 or step >= self.total_steps
-            evaluating += self._window_end(m, reduced, step, status, t_start)
+            # an epoch end ends a row and publishes up to RANK_LISTS_MAX ranks (every lesson
+            # reads rows at epoch ends); above, its row rides in the next due message
+            epoch_row = epoch_end and self.world <= RANK_LISTS_MAX
+            evaluating += self._window_end(m, reduced, step, epoch_row, status, t_start)
             if self.ckpt.due(step, status, self.total_steps):  # (not training time either)
                 evaluating += self._checkpoint(step, m)
             if status != "finished":
                 break
             if epoch_end:
                 evaluating += self._epoch_end(m, step, t_start)
-            if reduced[R["publish"]] > 0:
+            if reduced[R["publish"]] > 0 or epoch_row:
                 m.publisher.publish("running", step, time.perf_counter())
             k_plan = max(1, int(reduced[R["next_steps"]]))
             m.sizer.observe(k, t1 - t0)
@@ -396,7 +399,7 @@ class Trainer:
             return "stopped", None  # (a stop that lands in the last call finds the run done)
         return "finished", None
 
-    def _window_end(self, m, reduced, step, status, t_start) -> float:
+    def _window_end(self, m, reduced, step, epoch_row, status, t_start) -> float:
         """A held-out evaluation if one is due, and the telemetry window's history row where one
         ends (every rank gathers its detail on the same calls); the seconds evaluated."""
         point, evaluated = None, 0.0  # a held-out evaluation ends a history row
@@ -407,11 +410,11 @@ class Trainer:
                 point = self.val.subset()
             evaluated = time.perf_counter() - t_eval
             m.clock.add_eval(evaluated)
-        # (not at every epoch end: at 64 ranks the default data makes 8-step epochs, and a row
-        # and a publish at each cost rank 0 as much as its steps, benchmarks/epoch_overhead.py;
-        # the epoch's row rides in the next message)
+        # (above RANK_LISTS_MAX ranks not at every epoch end: at 64 ranks the default data
+        # makes 8-step epochs, and a row and a publish at each cost rank 0 as much as its
+        # steps, benchmarks/epoch_overhead.py)
         last = step >= self.total_steps or status != "finished"
-        if reduced[R["publish"]] > 0 or point or last:
+        if reduced[R["publish"]] > 0 or epoch_row or point or last:
             detail = self.call.gather_detail(m.clock.take())  # every rank, same calls
             if self.rank == 0:
                 row = m.window.row(
