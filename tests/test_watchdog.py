@@ -115,8 +115,14 @@ def test_the_start_counts_as_a_sign_of_life_and_repeats_are_not():
 
 
 def test_process_state_of_a_stopped_process_on_this_host():
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import time; print('ready', flush=True); time.sleep(60)"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
+        # past its start-up, whose file reads can show as uninterruptible I/O ("disk-sleep")
+        assert child.stdout.readline().strip() == "ready"
         rank = {"rank": 1, "pid": child.pid, "host": platform.node()}
         assert process_state(rank) == ""  # running or sleeping: nothing to add
         os.kill(child.pid, signal.SIGSTOP)
