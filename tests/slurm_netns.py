@@ -71,7 +71,7 @@ def unavailable() -> str | None:
     return None
 
 
-def _sh(*args: str, ns: str = "", check: bool = True, **kw) -> subprocess.CompletedProcess:
+def sh(*args: str, ns: str = "", check: bool = True, **kw) -> subprocess.CompletedProcess:
     cmd = ["ip", "netns", "exec", ns, *args] if ns else list(args)
     return subprocess.run(cmd, capture_output=True, text=True, check=check, timeout=60, **kw)
 
@@ -80,22 +80,23 @@ def remove_namespaces(names: list[str]) -> list[str]:
     """SIGKILL every process in the namespaces and delete them; what could not be removed."""
     left = []
     for name in names:
-        for pid in _sh("ip", "netns", "pids", name, check=False).stdout.split():
+        for pid in sh("ip", "netns", "pids", name, check=False).stdout.split():
             try:
                 os.kill(int(pid), 9)
             except (ProcessLookupError, ValueError):
                 pass
-        if _sh("ip", "netns", "del", name, check=False).returncode:
+        if sh("ip", "netns", "del", name, check=False).returncode:
             left.append(name)
     return left
 
 
-def stale_namespaces() -> list[str]:
-    """This harness's namespaces from an earlier run whose process is gone (a killed test)."""
-    names = [ln.split()[0] for ln in _sh("ip", "netns", "list").stdout.splitlines() if ln]
+def stale_namespaces(prefix: str = PREFIX) -> list[str]:
+    """Namespaces named `prefix`<pid>-<host> from an earlier run whose process is gone (a killed
+    test)."""
+    names = [ln.split()[0] for ln in sh("ip", "netns", "list").stdout.splitlines() if ln]
     stale = []
     for name in names:
-        pid = name[len(PREFIX) :].split("-")[0] if name.startswith(PREFIX) else ""
+        pid = name[len(prefix) :].split("-")[0] if name.startswith(prefix) else ""
         if pid.isdigit() and not Path(f"/proc/{pid}").exists():
             stale.append(name)
     return stale
@@ -117,6 +118,54 @@ def on_host(ns: str, host: str, argv: list[str]) -> list[str]:
         host,
         *argv,
     ]
+
+
+def create_bridge(ns: dict[str, str], hosts: dict[str, str]) -> None:
+    """A switch namespace `ns["sw"]` with a bridge, and for each host (name -> address) its own
+    namespace `ns[host]` with `lo` and an `eth0` plugged into the bridge."""
+    sw = ns["sw"]
+    sh("ip", "netns", "add", sw)
+    sh("ip", "-n", sw, "link", "add", "br0", "type", "bridge")
+    sh("ip", "-n", sw, "link", "set", "br0", "up")
+    for i, (host, ip) in enumerate(hosts.items()):
+        sh("ip", "netns", "add", ns[host])
+        sh("ip", "-n", ns[host], "link", "set", "lo", "up")
+        port = f"p{i}"  # the bridge side, inside the switch namespace
+        sh(
+            "ip",
+            "-n",
+            sw,
+            "link",
+            "add",
+            port,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "eth0",
+            "netns",
+            ns[host],
+        )
+        sh("ip", "-n", sw, "link", "set", port, "master", "br0", "up")
+        sh("ip", "-n", ns[host], "addr", "add", f"{ip}/24", "dev", "eth0")
+        sh("ip", "-n", ns[host], "link", "set", "eth0", "up")
+
+
+def firewall_counters(ns: str) -> dict[str, int]:
+    """Packets each commented nftables rule in namespace `ns` matched so far."""
+    listing = sh("nft", "-j", "list", "ruleset", ns=ns).stdout
+    found = {}
+    for item in json.loads(listing)["nftables"]:
+        rule = item.get("rule")
+        if rule and rule.get("comment"):
+            counter = next(e["counter"] for e in rule["expr"] if "counter" in e)
+            found[rule["comment"]] = counter["packets"]
+    return found
+
+
+def namespace_pids(ns: dict[str, str]) -> dict[str, list[str]]:
+    """The pids in each host's namespace."""
+    return {h: sh("ip", "netns", "pids", n).stdout.split() for h, n in ns.items()}
 
 
 class NetnsSlurm(SlurmCluster):
@@ -162,32 +211,7 @@ class NetnsSlurm(SlurmCluster):
 
     # ------------------------------------------------------------- the network
     def create_network(self) -> None:
-        sw = self.ns["sw"]
-        _sh("ip", "netns", "add", sw)
-        _sh("ip", "-n", sw, "link", "add", "br0", "type", "bridge")
-        _sh("ip", "-n", sw, "link", "set", "br0", "up")
-        for i, (host, ip) in enumerate(HOSTS.items()):
-            ns = self.ns[host]
-            _sh("ip", "netns", "add", ns)
-            _sh("ip", "-n", ns, "link", "set", "lo", "up")
-            _sh(
-                "ip",
-                "-n",
-                sw,
-                "link",
-                "add",
-                f"p{i}",
-                "type",
-                "veth",
-                "peer",
-                "name",
-                "eth0",
-                "netns",
-                ns,
-            )
-            _sh("ip", "-n", sw, "link", "set", f"p{i}", "master", "br0", "up")
-            _sh("ip", "-n", ns, "addr", "add", f"{ip}/24", "dev", "eth0")
-            _sh("ip", "-n", ns, "link", "set", "eth0", "up")
+        create_bridge(self.ns, HOSTS)
         rules = FIREWALL.format(
             ctld=SLURMCTLD_PORT,
             s_low=SRUN_PORTS[0],
@@ -195,21 +219,14 @@ class NetnsSlurm(SlurmCluster):
             low=PORTS[0],
             high=PORTS[1],
         )
-        _sh("nft", "-f", "-", ns=self.ns["login"], input=rules)
+        sh("nft", "-f", "-", ns=self.ns["login"], input=rules)
 
     def counters(self) -> dict[str, int]:
         """Packets each commented firewall rule on `login` accepted (or rejected) so far."""
-        listing = _sh("nft", "-j", "list", "ruleset", ns=self.ns["login"]).stdout
-        found = {}
-        for item in json.loads(listing)["nftables"]:
-            rule = item.get("rule")
-            if rule and rule.get("comment"):
-                counter = next(e["counter"] for e in rule["expr"] if "counter" in e)
-                found[rule["comment"]] = counter["packets"]
-        return found
+        return firewall_counters(self.ns["login"])
 
     def namespace_pids(self) -> dict[str, list[str]]:
-        return {h: _sh("ip", "netns", "pids", ns).stdout.split() for h, ns in self.ns.items()}
+        return namespace_pids(self.ns)
 
     def start(self, timeout: float = 30) -> NetnsSlurm:
         remove_namespaces(stale_namespaces())

@@ -32,6 +32,14 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from slurm_netns import (
+    create_bridge,
+    firewall_counters,
+    namespace_pids,
+    remove_namespaces,
+    sh,
+    stale_namespaces,
+)
 
 pytestmark = [pytest.mark.mpi, pytest.mark.own_lab]
 
@@ -51,37 +59,6 @@ def _unavailable() -> str | None:
     if missing:
         return f"missing {', '.join(missing)} (scripts/install-slurm.sh installs nftables)"
     return None
-
-
-def _sh(*args: str, ns: str = "", check: bool = True, **kw) -> subprocess.CompletedProcess:
-    cmd = ["ip", "netns", "exec", ns, *args] if ns else list(args)
-    return subprocess.run(cmd, capture_output=True, text=True, check=check, timeout=60, **kw)
-
-
-def _remove(names: list[str]) -> list[str]:
-    """Kill every process in the namespaces and delete them; what could not be removed."""
-    left = []
-    for name in names:
-        pids = _sh("ip", "netns", "pids", name, check=False).stdout.split()
-        for pid in pids:
-            try:
-                os.kill(int(pid), 9)
-            except (ProcessLookupError, ValueError):
-                pass
-        if _sh("ip", "netns", "del", name, check=False).returncode:
-            left.append(name)
-    return left
-
-
-def _stale() -> list[str]:
-    """Namespaces of an earlier run whose test process is gone."""
-    names = [line.split()[0] for line in _sh("ip", "netns", "list").stdout.splitlines() if line]
-    stale = []
-    for name in names:
-        pid = name[len(PREFIX) :].split("-")[0] if name.startswith(PREFIX) else ""
-        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
-            stale.append(name)
-    return stale
 
 
 NSEXEC = """#!/bin/sh
@@ -127,37 +104,11 @@ class Hosts:
         self.profile_state_apart = root / "netns-state-apart.toml"  # paths.state not under runs
 
     def create(self) -> None:
-        sw = self.ns["sw"]
-        _sh("ip", "netns", "add", sw)
-        _sh("ip", "-n", sw, "link", "add", "br0", "type", "bridge")
-        _sh("ip", "-n", sw, "link", "set", "br0", "up")
-        for i, (host, ip) in enumerate(HOSTS.items()):
-            ns = self.ns[host]
-            _sh("ip", "netns", "add", ns)
-            _sh("ip", "-n", ns, "link", "set", "lo", "up")
-            port = f"p{i}"  # the bridge side, inside the switch namespace
-            _sh(
-                "ip",
-                "-n",
-                sw,
-                "link",
-                "add",
-                port,
-                "type",
-                "veth",
-                "peer",
-                "name",
-                "eth0",
-                "netns",
-                ns,
-            )
-            _sh("ip", "-n", sw, "link", "set", port, "master", "br0", "up")
-            _sh("ip", "-n", ns, "addr", "add", f"{ip}/24", "dev", "eth0")
-            _sh("ip", "-n", ns, "link", "set", "eth0", "up")
+        create_bridge(self.ns, HOSTS)
         rules = FIREWALL.format(
             low=PORTS[0], high=PORTS[1], l_low=LAUNCHER_PORTS[0], l_high=LAUNCHER_PORTS[1]
         )
-        _sh("nft", "-f", "-", ns=self.ns["login"], input=rules)
+        sh("nft", "-f", "-", ns=self.ns["login"], input=rules)
         cases = "\n".join(
             f"  {ip}) ns={self.ns[host]}; name={host};;" for host, ip in HOSTS.items()
         )
@@ -224,17 +175,10 @@ class Hosts:
 
     def counters(self) -> dict[str, int]:
         """Packets each commented firewall rule on `login` matched so far."""
-        listing = _sh("nft", "-j", "list", "ruleset", ns=self.ns["login"]).stdout
-        found = {}
-        for item in json.loads(listing)["nftables"]:
-            rule = item.get("rule")
-            if rule and rule.get("comment"):
-                counter = next(e["counter"] for e in rule["expr"] if "counter" in e)
-                found[rule["comment"]] = counter["packets"]
-        return found
+        return firewall_counters(self.ns["login"])
 
     def pids(self) -> dict[str, list[str]]:
-        return {h: _sh("ip", "netns", "pids", ns).stdout.split() for h, ns in self.ns.items()}
+        return namespace_pids(self.ns)
 
 
 @pytest.fixture(scope="module")
@@ -244,14 +188,14 @@ def hosts():
         if os.environ.get("HPCLAB_REQUIRE_SLURM") == "1":
             pytest.fail(f"HPCLAB_REQUIRE_SLURM=1 but {reason}", pytrace=False)
         pytest.skip(reason)
-    _remove(_stale())
+    remove_namespaces(stale_namespaces(PREFIX))
     root = Path(tempfile.mkdtemp(prefix="hpclab-netns-"))
     made = Hosts(root)
     try:
         made.create()
         yield made
     finally:
-        left = _remove(list(made.ns.values()))
+        left = remove_namespaces(list(made.ns.values()))
         shutil.rmtree(root, ignore_errors=True)
         assert not left, f"namespaces left behind: {left}"
 
