@@ -32,18 +32,23 @@ PROBE_TIMEOUT_S = 300.0
 _CACHE: dict = {}  # per process: (env key) -> probe result; a rank's environment does not change
 
 
-def cpu_model(cpuinfo: str | None = None) -> str:
-    """The CPU's model name from /proc/cpuinfo (``cpuinfo``: its text), or "" if unknown."""
+def _cpuinfo_value(key: str, cpuinfo: str | None) -> str:
+    """The first non-empty ``key`` line's value in /proc/cpuinfo (``cpuinfo``: its text), or ""."""
     if cpuinfo is None:
         try:
             cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
         except OSError:
             return ""
     for line in cpuinfo.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() == "model name" and value.strip():
+        name, _, value = line.partition(":")
+        if name.strip() == key and value.strip():
             return " ".join(value.split())
     return ""
+
+
+def cpu_model(cpuinfo: str | None = None) -> str:
+    """The CPU's model name from /proc/cpuinfo (``cpuinfo``: its text), or "" if unknown."""
+    return _cpuinfo_value("model name", cpuinfo)
 
 
 def onednn_isa(verbose_output: str) -> str:
@@ -56,17 +61,7 @@ def onednn_isa(verbose_output: str) -> str:
 
 def cpu_isa(cpuinfo: str | None = None) -> str:
     """The widest vector ISA /proc/cpuinfo's flags show, as oneDNN's bfloat16 cares about it."""
-    if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            return ""
-    flags: set[str] = set()
-    for line in cpuinfo.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() == "flags":
-            flags = set(value.split())
-            break
+    flags = set(_cpuinfo_value("flags", cpuinfo).split())
     if {"avx512bw", "avx512_bf16"} <= flags:
         return "AVX-512 with bfloat16"
     if {"avx512bw", "avx512vl", "avx512dq"} <= flags:
