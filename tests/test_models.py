@@ -97,6 +97,7 @@ def _train(model, opt, x, y, steps, loss_scaling=False):
     return logits, losses
 
 
+@pytest.mark.slow  # asks a child process whether bfloat16 runs here (a TensorFlow import, ~3 s)
 @pytest.mark.parametrize("optimizer", ["lars", "momentum"])
 def test_mixed_bfloat16_trains_on_cpu(optimizer):
     """Where oneDNN runs bfloat16 (the child probe says so) it trains; where it does not (a CPU
