@@ -10,11 +10,14 @@ Held-out checks (the mpi test), each with its band:
   averaged, compiled), timed in the same rounds as the sweep but not fitted: within COMM_BAND.
 
 On 2 shared cores the same measurement repeated can move by more than those bands (other
-processes take the cores; Horovod's background loop waits for its turn). The test makes every
-measurement twice and measures how far the repeats moved: a prediction made from one
-measurement and checked against another carries the noise of both, so each band is widened by
-that spread; when the spread alone exceeds the band the machine was too busy to judge (a warning
-with every number), as notebook 04's claim check does (tests/test_notebooks.py, BUSY).
+processes take the cores; Horovod's background loop waits for its turn). The test makes the
+whole measurement twice, each time its 2-rank half first and its 1-rank half after a restart,
+and compares each repeat's prediction with its own held-out runs: a prediction made from one
+measurement and checked against another carries the noise of both, and a drift of the machine's
+speed between the halves moves the two repeats' errors apart, so each band is widened by how far
+they moved; when they moved apart by more than STEP_NOISE_MAX (COMM_BAND for the allreduce) the
+measurement did not repeat well enough to judge (a warning with every number), as notebook 04's
+claim check does (tests/test_notebooks.py, BUSY).
 """
 
 from __future__ import annotations
@@ -34,6 +37,10 @@ STEP_BAND = 0.15  # issue 29's aim for the step time
 # The α-β model read -9 % to -21 % against the model's own gradient shapes over six runs here (a
 # group of uneven, multi-dimensional tensors costs a little more than the sweep's 1-D cuts):
 COMM_BAND = 0.25
+# Two whole measurements on the quiet machine gave 2-rank step errors 20 % and 43 % apart (the
+# computation-slowdown probe read 1.0 to 1.5 at local batch 16 between repeats); beyond this the
+# band would say nothing:
+STEP_NOISE_MAX = 2 * STEP_BAND
 
 
 def recorded(**changes) -> planner.Measurements:
@@ -176,10 +183,6 @@ def _rel(predicted: float, measured: float) -> float:
     return predicted / measured - 1.0
 
 
-def _spread(a: float, b: float) -> float:
-    return abs(b / a - 1.0)
-
-
 @pytest.mark.mpi
 @pytest.mark.slow
 @pytest.mark.own_lab
@@ -190,16 +193,19 @@ def test_predictions_hold_on_measurements_they_were_not_fitted_on(tmp_path):
     cfg = RunConfig()
     m = planner.Measurements(model=cfg.model, target=planner.TARGET)
     again = planner.Measurements(model=cfg.model, target=planner.TARGET)
+    two_ranks = []  # held out: never fitted
     with Lab(workers=2, runs_dir=tmp_path / "runs", verbose=False) as lab:
-        planner.measure_comm(lab, cfg, m)
-        planner.measure_compute_share(lab, cfg, m)
-        two = planner.measure_splits(lab, cfg)  # held out: never fitted
-        planner.measure_comm(lab, cfg, again)  # each measurement twice: how noisy is the machine
-        two_again = planner.measure_splits(lab, cfg)
-        lab.restart(workers=1)
-        m.splits = planner.measure_splits(lab, cfg)
-        again.splits = planner.measure_splits(lab, cfg)
-    again.compute_share = m.compute_share
+        # Each repeat is a whole measurement, its 2-rank and 1-rank halves minutes apart: a
+        # drift of the machine's speed between the halves shows as a difference between the
+        # repeats' errors instead of as the planner's error.
+        for i, rep in enumerate((m, again)):
+            if i:
+                lab.restart(workers=2)
+            planner.measure_comm(lab, cfg, rep)
+            planner.measure_compute_share(lab, cfg, rep)
+            two_ranks.append(planner.measure_splits(lab, cfg))
+            lab.restart(workers=1)
+            rep.splits = planner.measure_splits(lab, cfg)
     fits = [planner.fit_hardware(m), planner.fit_hardware(again)]
     n = m.gradient["bytes"]
 
@@ -212,34 +218,35 @@ def test_predictions_hold_on_measurements_they_were_not_fitted_on(tmp_path):
     comm_err = stats.mean(comm_errs)
     comm_noise = abs(comm_errs[1] - comm_errs[0])
 
-    # the 2-rank step: the mean prediction of the two 1-rank fits against the mean of two runs
-    pairs = {}
-    for s, s2 in zip(two, two_again, strict=True):
-        b = s["local_batch"]
-        predicted = stats.mean(1e3 * hw.step_s(b, 2) for hw in fits)
-        pairs[b] = (predicted, (s["step_ms"] + s2["step_ms"]) / 2)
-    step_err = {b: _rel(p, x) for b, (p, x) in pairs.items()}
-    step_noise = max(
-        *(_spread(a["step_ms"], b["step_ms"]) for a, b in zip(m.splits, again.splits, strict=True)),
-        *(_spread(a["step_ms"], b["step_ms"]) for a, b in zip(two, two_again, strict=True)),
-    )
+    # the 2-rank step: each repeat's fit against its own 2-rank runs; the mean of the two errors
+    # is the planner's, how far they differ is the noise of the whole measurement
+    by_batch = {}
+    for hw, runs in zip(fits, two_ranks, strict=True):
+        for s in runs:
+            b = s["local_batch"]
+            by_batch.setdefault(b, []).append((1e3 * hw.step_s(b, 2), s["step_ms"]))
+    step_err = {b: stats.mean(_rel(p, x) for p, x in pm) for b, pm in by_batch.items()}
+    step_noise = max(abs(_rel(*pm[1]) - _rel(*pm[0])) for pm in by_batch.values())
+    pairs = {b: tuple(round(v, 3) for pair in pm for v in pair) for b, pm in by_batch.items()}
     report = (
         f"gradient allreduce ({n} bytes, 2 ranks): predicted vs measured ms per repeat "
         f"{[(round(1e3 * p, 3), round(1e3 * x, 3)) for p, x in comm]} (mean error "
         f"{comm_err:+.0%}, the repeats' errors differ by {comm_noise:.0%}); step at 2 ranks, "
-        f"predicted vs measured ms by local batch "
-        f"{ {b: (round(p, 3), round(x, 3)) for b, (p, x) in pairs.items()} } (errors "
-        f"{ {b: f'{e:+.0%}' for b, e in step_err.items()} }, largest repeat spread "
-        f"{step_noise:.0%}); α {fits[0].network.intra.latency_s * 1e6:.0f} µs, β "
-        f"{fits[0].network.intra.bandwidth_Bps / 1e9:.2f} GB/s, compute slowdown "
-        f"by local batch { {b: round(sc, 2) for b, sc in fits[0].slowdown_by_batch} }"
+        f"predicted vs measured ms by local batch, both repeats {pairs} (mean errors "
+        f"{ {b: f'{e:+.0%}' for b, e in step_err.items()} }, the repeats' errors differ by up "
+        f"to {step_noise:.0%}); α {fits[0].network.intra.latency_s * 1e6:.0f} µs, β "
+        f"{fits[0].network.intra.bandwidth_Bps / 1e9:.2f} GB/s; per repeat, compute slowdown by "
+        f"local batch {[{b: round(sc, 2) for b, sc in hw.slowdown_by_batch} for hw in fits]} "
+        f"and 1-rank step ms {[[round(s['step_ms'], 3) for s in x.splits] for x in (m, again)]}"
     )
     print("[planner held-out]", report)
-    if comm_noise > COMM_BAND or step_noise > STEP_BAND:
-        warnings.warn(f"the machine was too busy to judge the planner: {report}", stacklevel=1)
+    if comm_noise > COMM_BAND or step_noise > STEP_NOISE_MAX:
+        warnings.warn(
+            f"the measurement did not repeat well enough to judge: {report}", stacklevel=1
+        )
         return
     # a prediction made from one measurement and checked against another carries the noise of
-    # both: the band is the target plus what the same measurement moved between its repeats
+    # both: the band is the target plus how far the two repeats' errors moved apart
     assert abs(comm_err) <= COMM_BAND + comm_noise, report
     assert all(abs(e) <= STEP_BAND + step_noise for e in step_err.values()), report
 
