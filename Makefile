@@ -26,9 +26,10 @@ lint: setup ## ruff: lint and format check (fix with `.venv/bin/ruff format . &&
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-test: lint ## lint, then all tests: real MPI engines and Horovod, notebooks, the browser, a real Slurm + JupyterHub
+test: lint ## lint, then all tests: real MPI engines and Horovod, notebooks, the browser, a real Slurm + JupyterHub, Open MPI
 	@scripts/install-browser.sh
 	@scripts/install-slurm.sh
+	@scripts/install-openmpi.sh
 	@scripts/install-hub.sh
 	HPCLAB_REQUIRE_MPI=1 HPCLAB_REQUIRE_SLURM=1 $(PY) -m pytest --durations=30
 

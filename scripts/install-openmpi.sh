@@ -9,7 +9,7 @@
 #
 # Idempotent: does nothing when mpicc.openmpi, mpirun.openmpi and libpmix.so.2 are present.
 # Installing needs root (CI runs as root); without root it prints what to do and exits 0, and the
-# Open MPI tests then skip with a reason (or fail when HPCLAB_REQUIRE_OPENMPI=1).
+# Open MPI tests then skip with a reason (or fail when HPCLAB_REQUIRE_SLURM=1, as `make test` sets).
 # The MPICH of the default stack is the PyPI wheel inside the venv, so Debian's alternatives for
 # mpicc/mpirun (which now point to Open MPI) never reach `make setup`: it puts .venv/bin first.
 set -euo pipefail

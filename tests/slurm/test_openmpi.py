@@ -12,20 +12,17 @@ this a reuse; an empty one compiles both). Then, with that venv's Python:
 - mode mpiexec with the profile's arguments (`--oversubscribe`, `--bind-to none`, and
   `--allow-run-as-root` when root: Open MPI's mpirun refuses root without it) trains.
 
-Needs root (the Slurm cluster, apt) and Open MPI (scripts/install-openmpi.sh). Opt-in for now:
-HPCLAB_OPENMPI_TESTS=1 runs it; `make test` skips it with the reason. Measured on a shared 2-core
-machine, never quiet: green once at load ~20 (3 passed in 225 s with .venv-ompi built: setup
-17 s, srun 93 s, wrong plugin 8 s, mpiexec 102 s); at load ~35 both trainings failed (no rank's
-heartbeat for 8 s; setup 188 s, srun 218 s, wrong plugin 25 s, mpiexec 190 s). A cold CI adds a
-fresh .venv-ompi: from a fresh clone at another path, with the per-user wheel cache warm, `make
-VENV=.venv-ompi HPCLAB_MPI=system setup` reused both compiled wheels (their keys hash the MPI's
-`mpicc -show`, its version report, the wrapper's real path and the Python, never the clone's
-path) and took 558 s at load ~20 (78 s of CPU; the pip install of the locked stack dominates;
-an empty cache compiles Horovod, 1570 s once). Estimated quiet: ~100 s setup + ~90 s of tests,
-inside CI's +4 min only just, so it stays opt-in until a quiet run confirms it. To run:
+Needs root (the Slurm cluster, apt) and Open MPI: `make test` runs scripts/install-openmpi.sh
+first, and with HPCLAB_REQUIRE_SLURM=1 (as `make test` sets) a missing Open MPI fails instead of
+skipping. Measured quiet on the 2-core machine (2026-11-27), a fresh .venv-ompi with the
+per-user wheel cache warm, as CI has it: 3 passed in 115 s and in 130 s (setup 72 s and
+87 s: mpi4py and Horovod reused, their keys hash the MPI's `mpicc -show`, its
+version report, the wrapper's real path and the Python, never the clone's path; srun ~20 s,
+wrong plugin ~3 s, mpiexec ~19 s). An empty wheel cache compiles both (Horovod ~5 min quiet,
+1,570 s once at load ~20). Under load ~35 both trainings once failed (no rank's heartbeat for
+8 s). To run alone:
 
-    scripts/install-openmpi.sh && HPCLAB_OPENMPI_TESTS=1 .venv/bin/python -m pytest \
-        tests/slurm/test_openmpi.py
+    scripts/install-openmpi.sh && .venv/bin/python -m pytest tests/slurm/test_openmpi.py
 """
 
 from __future__ import annotations
@@ -42,16 +39,7 @@ import pytest
 
 from .test_modes import assert_nothing_left
 
-pytestmark = [
-    pytest.mark.slurm,
-    pytest.mark.mpi,
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        os.environ.get("HPCLAB_OPENMPI_TESTS") != "1",
-        reason="the Open MPI tests are opt-in until they run reliably green within CI's time "
-        "(HPCLAB_OPENMPI_TESTS=1; see the module docstring)",
-    ),
-]
+pytestmark = [pytest.mark.slurm, pytest.mark.mpi, pytest.mark.slow]
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
