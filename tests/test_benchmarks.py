@@ -421,6 +421,8 @@ def test_run_py_quick_start_writes_results(tmp_path):
             "--quick",
             "--only",
             "start",
+            "--quiet-wait",
+            "0",  # the plumbing is under test, not the figures: no waiting for a quiet moment
             "--out",
             str(out),
         ],
