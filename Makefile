@@ -38,7 +38,7 @@ test: lint ## lint, then all tests: real MPI engines and Horovod, notebooks, the
 # Training + ranks agree (69), precisions and loss scaling (16), XLA and per-tensor allreduce
 # (46), LARS/LAMB (15), the time split (26), averaging (28), SDC (25), the CLI's real run plus
 # its quick tests (~65), notebook 00 (the notebook path; notebook 03's precisions are the engine
-# tests above): 186 s with notebook 03 on a quiet machine (2026-11-27), about 2 min less now.
+# tests above): 186 s with notebook 03 on a quiet machine (2026-11-27), about 1 min less now.
 # The rest (engine faults, the CLI's sweeps and signals, the timing-bound time-split lessons)
 # exercise process handling or timing, not the stack: `make test` runs them on the default one.
 E := tests/test_engine.py::test_
