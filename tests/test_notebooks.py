@@ -601,9 +601,10 @@ def _claim_13(runs_dir: Path) -> str:
     allreduce never takes a smaller share of a step than with fusion on, both ways, by more than
     two passes of one arm disagree on that share (larger or within it: on one node's shared
     memory the extra MPI calls cost a few points, near the spread; the size is reported);
-    per_tensor against grouped is judged on both readings. Its verdict and the cycle time's are
-    reported, not asserted: on two shared cores per_tensor has measured from 15 % slower to 33 %
-    faster than grouped beyond the spread (a CI run), so no direction holds on every machine."""
+    per_tensor is judged against grouped under the default settings. Its verdict and the cycle
+    time's are reported, not asserted: on two shared cores per_tensor has measured from 15 %
+    slower to 33 % faster than grouped beyond the spread (a CI run), so no direction holds on
+    every machine."""
     from hpclab.views.charts import overlap
 
     records = _records(runs_dir)
@@ -614,8 +615,6 @@ def _claim_13(runs_dir: Path) -> str:
     assert len(off) == 2 and (off["share_verdict"] != "smaller").all(), off.T
     per_tensor = found.loc[overlap.arm_name("per_tensor", 0.1, 64.0)]
     assert per_tensor["against"] == overlap.arm_name("grouped", 0.1, 64.0), per_tensor
-    assert per_tensor["rate_verdict"] in {"faster", "slower", "within noise"}, per_tensor
-    assert per_tensor["share_verdict"] in {"larger", "smaller", "within noise"}, per_tensor
     rates = arms.set_index("arm")["samples_per_sec"].round(1).to_dict()
     return f"samples/s by arm {rates}; " + " ".join(overlap.takeaways(records))
 
