@@ -327,10 +327,12 @@ def pd_round(d: dict) -> dict:
 
 def _claim_06(runs_dir: Path) -> str:
     """Notebook 06: a 50 % straggler lowers load balance to about 0.75, clearly below the balanced
-    run's; the timeline records the negotiation; rank-0 validation lowers the measured E(2) of
-    the notebook's own Amdahl sweep below the sharded one; small allreduces are latency-bound,
-    large ones bandwidth-bound."""
+    run's; the timeline records the negotiation; in the notebook's Amdahl sweep one rank-0
+    evaluation at 2 workers takes longer than a sharded one, beyond the 1-worker repeat's noise
+    (the serial part does not shrink); small allreduces are latency-bound, large ones
+    bandwidth-bound."""
     from hpclab import load_run
+    from hpclab.views.charts import serial_phase
     from hpclab.views.charts.scaling_charts import scaling_series
 
     records = [load_run(p.parent) for p in sorted(runs_dir.glob("*/config.json"))]
@@ -344,12 +346,20 @@ def _claim_06(runs_dir: Path) -> str:
     # POP: 0.75 for a 50 % straggler; short runs on two shared cores read a balanced run
     # 0.88-0.99, and once in a while one rank runs slow for a whole run (up to +0.1 either way)
     assert lb[50] <= 0.85 and lb[0.0] >= lb[50] + 0.08, lb
+    amdahl = [r for r in records if r.config.get("eval_samples")]
     series = {
-        s["name"].rsplit("validation ", 1)[-1]: s["efficiency"][-1]
-        for s in scaling_series([r for r in records if r.config.get("eval_samples")], "overall")
+        s["name"].rsplit("validation ", 1)[-1]: round(s["efficiency"][-1], 3)
+        for s in scaling_series(amdahl, "overall")
     }
     assert set(series) == {"sharded", "rank0"}, series
-    assert series["rank0"] < series["sharded"] - 0.05, series
+    # the serial part measured directly: one evaluation's time, judged against the 1-worker
+    # repeat; the overall E(2) is reported, not asserted: the evaluation gap is a tenth of a run,
+    # less than the training part's run-to-run noise (rank-0 ahead in three of five quiet sweeps)
+    evaluations = serial_phase.evaluation_speedups(amdahl)
+    assert sorted(evaluations["workers"]) == [1, 1, 2, 2], evaluations
+    assert (evaluations["evaluations"] >= 30).all(), evaluations
+    serial, said = serial_phase.rank0_is_serial(evaluations, workers=2)
+    assert serial, said
     timeline = {k: round(v, 3) for k, v in traced[0].summary["timeline"]["ms_per_step"].items()}
     import pandas as pd
 
@@ -360,7 +370,7 @@ def _claim_06(runs_dir: Path) -> str:
     assert ms[2**26] > 8 * ms[2**22], ms  # bandwidth-bound: 16x the bytes, ~16x the time
     assert bw[2**26] > 20 * bw[2**10], bw
     return (
-        f"load balance {lb}, E(2) overall {series}, timeline ms/step {timeline}, "
+        f"load balance {lb}; {said}; E(2) overall {series}; timeline ms/step {timeline}; "
         f"allreduce ms {ms.round(3).to_dict()}"
     )
 
