@@ -181,16 +181,27 @@ def test_a_rank_stuck_in_its_own_work_is_named_and_the_waiting_ranks_said_to_wai
     _beat(dog, 0, 1, "data", 59.0)
     _beat(dog, 1, 1, "data_wait", 70.0)  # past its bound, but only waiting for rank 0
     _beat(dog, 2, 1, "data_wait", 30.0)
-    assert dog.stuck_verdict() == (
-        "rank 1 (pid 1001 on node-a) has been waiting in a collective for rank 0 to read and "
-        "cache the data for 70 s (bound 60 s)"
-    )  # every stuck rank waits: they are all named
+    # rank 1 is past its bound, but rank 0, whom it waits for, is still within its own (its
+    # report may be a beat older): nobody is named yet
+    assert dog.stuck() == {1: dog._progress[1]} and dog.stuck_verdict() is None
     _beat(dog, 0, 2, "data", 61.0)
     assert dog.stuck_verdict() == (
         "rank 0 (pid 1000 on node-a) has been reading its data for 61 s (bound 60 s); "
         "rank(s) 1 wait for it in a collective"
     )
     assert dog.silent() == {}  # all three beat: life is not progress
+
+
+def test_ranks_that_all_wait_in_a_collective_are_all_named():
+    dog = Watchdog(RANKS, hang_s=8, clock=Clock(), stall_s=60)
+    _beat(dog, 0, 1, "build", 61.0)
+    _beat(dog, 1, 1, "data_wait", 70.0)
+    _beat(dog, 2, 1, "data_wait", 30.0)  # waiting too, not yet past its bound: nobody works
+    assert dog.stuck_verdict() == (
+        "rank 0 (pid 1000 on node-a) has been building its model and receiving rank 0's "
+        "weights (a collective) for 61 s (bound 60 s); rank 1 (pid 1001 on node-a) has been "
+        "waiting in a collective for rank 0 to read and cache the data for 70 s (bound 60 s)"
+    )
 
 
 def test_the_bound_grows_for_a_first_compile_and_with_the_longest_call():

@@ -119,12 +119,23 @@ class Watchdog:
     def stuck_verdict(self, among: list[int] | None = None) -> str | None:
         """A sentence naming the rank(s) making no progress, or None. A rank stuck in its own
         work (reading data, evaluating, compiling) is named first, and ranks waiting in a
-        collective meanwhile are said to wait for it; only when every stuck rank waits in a
-        collective are they all named (a deadlock, or a rank lost inside one)."""
+        collective meanwhile are said to wait for it. Ranks that only wait are not named while
+        another rank is still in its own work within its bound: they wait for it, it is judged
+        on its own bound (which may be longer, as a compile's is), and its report may be up to
+        a beat older than theirs. Only when every stuck rank waits in a collective and no rank
+        works are they all named (a deadlock, or a rank lost inside one)."""
         stuck = self.stuck(among)
         if not stuck:
             return None
         own = {r: p for r, p in stuck.items() if p["stage"] not in WAITING}
+        ranks = range(len(self.ranks)) if among is None else among
+        working = [
+            r
+            for r in ranks
+            if r not in stuck and self._progress[r].get("stage") not in (None, *WAITING)
+        ]
+        if not own and working:
+            return None
         named = own or stuck
         parts = []
         for r, p in sorted(named.items()):
