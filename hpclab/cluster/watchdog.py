@@ -128,14 +128,10 @@ class Watchdog:
         if not stuck:
             return None
         own = {r: p for r, p in stuck.items() if p["stage"] not in WAITING}
-        ranks = range(len(self.ranks)) if among is None else among
-        working = [
-            r
-            for r in ranks
-            if r not in stuck and self._progress[r].get("stage") not in (None, *WAITING)
-        ]
-        if not own and working:
-            return None
+        if not own:
+            ranks = range(len(self.ranks)) if among is None else among
+            if any(self._progress[r].get("stage") not in (None, *WAITING) for r in ranks):
+                return None  # (a rank in its own work is not stuck: `own` would hold it)
         named = own or stuck
         parts = []
         for r, p in sorted(named.items()):

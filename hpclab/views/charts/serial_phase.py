@@ -9,10 +9,11 @@ serial part. ``"sharded"`` gives every rank 1/N of it.
 :func:`evaluation_speedups` reads the evaluation's own time from each run's history: the
 milliseconds of one evaluation of the held-out subset (``eval_ms`` of the rows that end with
 one, ~40 a run; their fast end, QUANTILE, so slow moments do not move it) and its speed-up
-S = t(1) / t(N) against the 1-worker runs. This is the mechanism measured directly. The whole run's rate (evaluation
-included) shows it too, but through the training part's run-to-run noise: identical 2-second
-runs on two shared cores differ by up to ±20 % in training time, more than the gap an evaluation
-of 30-40 % of a run leaves between the two modes (measured 2026-11-27).
+S = t(1) / t(N) against the 1-worker runs: the mechanism, measured directly. The whole run's
+rate (evaluation included) shows it too, but through the training part's run-to-run noise:
+identical 2-second runs on two shared cores differ by up to ±20 % in training time, more than
+the gap (about a tenth of a run) that the evaluation leaves between the two modes (measured
+2026-11-27).
 
 At one worker the two modes do the same work (the whole set on the only rank), so a sweep over
 both modes at 1 and N workers holds a repeat: :func:`repeat_noise` is the relative difference
@@ -76,11 +77,11 @@ def repeat_noise(table: pd.DataFrame) -> float:
 def rank0_is_serial(table: pd.DataFrame, workers: int) -> tuple[bool, str]:
     """Whether rank-0 evaluation at ``workers`` takes longer than sharded evaluation by more
     than twice the repeat's noise (and at least MIN_GAP), and the figures that say so."""
-    at_n = table[table["workers"] == workers].set_index("validation")[MS]
+    by_mode = table[table["workers"] == workers].set_index("validation")
+    at_n, speedups = by_mode[MS], by_mode["speed-up vs 1 worker"]
     ratio = float(at_n["rank0"] / at_n["sharded"])
     noise = repeat_noise(table)
     needed = 1 + max(2 * noise, MIN_GAP)
-    speedups = table[table["workers"] == workers].set_index("validation")["speed-up vs 1 worker"]
     return ratio > needed, (
         f"one evaluation at {workers} workers: rank0 {at_n['rank0']:.1f} ms, sharded "
         f"{at_n['sharded']:.1f} ms (×{ratio:.2f}; needed ×{needed:.2f}: twice the 1-worker "
