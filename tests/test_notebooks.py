@@ -607,14 +607,12 @@ def _claim_12(runs_dir: Path) -> str:
 
 def _claim_13(runs_dir: Path) -> str:
     """Notebook 13: eight ResNet-20 runs finish (grouped and per_tensor: twice under the default
-    settings, once with fusion off, once at a 5 ms cycle); with fusion off the exposed
-    allreduce never takes a smaller share of a step than with fusion on, both ways, by more than
-    two passes of one arm disagree on that share (larger or within it: on one node's shared
-    memory the extra MPI calls cost a few points, near the spread; the size is reported);
-    per_tensor is judged against grouped under the default settings. Its verdict and the cycle
-    time's are reported, not asserted: on two shared cores per_tensor has measured from 15 %
-    slower to 33 % faster than grouped beyond the spread (a CI run), so no direction holds on
-    every machine."""
+    settings, once with fusion off, once at a 5 ms cycle); each fusion-off arm is judged against
+    the fusion-on arm of its own way, and per_tensor against grouped under the default settings.
+    The verdicts are reported, not asserted: on two shared cores per_tensor has measured from
+    15 % slower to 33 % faster than grouped beyond the spread (a CI run), and fusion off's
+    exposed share a few points larger in most passes but smaller beyond the spread in one
+    rehearsal (grouped, 2026-11-27), so no direction holds on every machine."""
     from hpclab.views.charts import overlap
 
     records = _records(runs_dir)
@@ -622,7 +620,9 @@ def _claim_13(runs_dir: Path) -> str:
     assert len(records) == 8 and arms["runs"].sum() == 8 and len(arms) == 6, arms
     found = overlap.findings(records).set_index("arm")
     off = found[found.index.str.contains("fusion off")]
-    assert len(off) == 2 and (off["share_verdict"] != "smaller").all(), off.T
+    for way in ("grouped", "per_tensor"):  # judged against its own way with fusion on
+        against = off.loc[overlap.arm_name(way, 0.1, 0.0), "against"]
+        assert against == overlap.arm_name(way, 0.1, 64.0), off.T
     per_tensor = found.loc[overlap.arm_name("per_tensor", 0.1, 64.0)]
     assert per_tensor["against"] == overlap.arm_name("grouped", 0.1, 64.0), per_tensor
     rates = arms.set_index("arm")["samples_per_sec"].round(1).to_dict()
