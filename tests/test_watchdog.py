@@ -187,8 +187,8 @@ def test_a_rank_stuck_in_its_own_work_is_named_and_the_waiting_ranks_said_to_wai
     _beat(dog, 0, 2, "data", 61.0)
     assert dog.stuck_verdict() == (
         "rank 0 (pid 1000 on node-a) has been reading its data for 61 s (bound 60 s); "
-        "rank(s) 1 wait for it in a collective"
-    )
+        "rank(s) 1, 2 wait for it in a collective"
+    )  # rank 2 too, though not yet past its own bound
     assert dog.silent() == {}  # all three beat: life is not progress
 
 

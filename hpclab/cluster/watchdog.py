@@ -128,8 +128,8 @@ class Watchdog:
         if not stuck:
             return None
         own = {r: p for r, p in stuck.items() if p["stage"] not in WAITING}
+        ranks = range(len(self.ranks)) if among is None else among
         if not own:
-            ranks = range(len(self.ranks)) if among is None else among
             if any(self._progress[r].get("stage") not in (None, *WAITING) for r in ranks):
                 return None  # (a rank in its own work is not stuck: `own` would hold it)
         named = own or stuck
@@ -143,7 +143,11 @@ class Watchdog:
                 f"for {float(p['for_s']):.0f} s (bound {self.bound_s(p):.0f} s)"
             )
         sentence = "; ".join(parts)
-        waiting = sorted(r for r in stuck if r not in named)
+        # with a rank named for its own work, every rank in a collective waits for it, past its
+        # own bound or not yet (its report may be a beat older)
+        waiting = own and sorted(
+            r for r in ranks if r not in own and self._progress[r].get("stage") in WAITING
+        )
         if waiting:
             sentence += f"; rank(s) {', '.join(map(str, waiting))} wait for it in a collective"
         return sentence
