@@ -143,13 +143,14 @@ class Watchdog:
                 f"for {float(p['for_s']):.0f} s (bound {self.bound_s(p):.0f} s)"
             )
         sentence = "; ".join(parts)
-        # with a rank named for its own work, every rank in a collective waits for it, past its
-        # own bound or not yet (its report may be a beat older)
-        waiting = own and sorted(
-            r for r in ranks if r not in own and self._progress[r].get("stage") in WAITING
-        )
-        if waiting:
-            sentence += f"; rank(s) {', '.join(map(str, waiting))} wait for it in a collective"
+        if own:
+            # every rank in a collective waits for it, past its own bound or not yet (its report
+            # may be a beat older)
+            waiting = sorted(
+                r for r in ranks if r not in own and self._progress[r].get("stage") in WAITING
+            )
+            if waiting:
+                sentence += f"; rank(s) {', '.join(map(str, waiting))} wait for it in a collective"
         return sentence
 
     def silent(self, among: list[int] | None = None, longer_than: float | None = None):
