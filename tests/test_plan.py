@@ -87,3 +87,23 @@ def test_the_plan_crosses_to_the_ranks_as_a_plain_dict():
 def test_too_many_steps_are_refused_with_the_way_out():
     with pytest.raises(ConfigError, match="fewer epochs, a larger batch, or max_steps"):
         RunConfig(batch_per_worker=1, epochs=1000, num_samples=100_000).for_workers(1)
+
+
+def test_above_sixteen_ranks_short_epochs_evaluate_the_whole_validation_set_every_few():
+    """The workshop data on 64 ranks at 64 a rank: 32,768 / 4,096 = 8 steps an epoch, so the
+    whole validation set is evaluated every ceil(32 / 8) = 4 epochs and at the run's end (step
+    48 of 6 epochs); on 16 ranks (every lesson's scale) at every epoch end."""
+    wide = RunConfig().for_workers(64)
+    assert (wide.steps_per_epoch, wide.total_steps) == (8, 48)
+    due = [s for s in range(8, 49, 8) if wide.full_eval_due(s)]
+    assert due == [32, 48]
+    narrow = RunConfig().for_workers(16)
+    assert all(narrow.full_eval_due(s) for s in range(32, narrow.total_steps + 1, 32))
+    assert narrow.steps_per_epoch == 32
+    # epochs long enough on their own are all evaluated, at any width
+    long = RunConfig(num_samples=200_000).for_workers(64)
+    assert long.steps_per_epoch >= 32
+    assert all(
+        long.full_eval_due(s)
+        for s in range(long.steps_per_epoch, long.total_steps + 1, long.steps_per_epoch)
+    )

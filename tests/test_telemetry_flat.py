@@ -221,3 +221,33 @@ def test_the_cli_progress_shows_the_newest_row_and_each_epoch_once(
         assert [int(line.split()[1].rstrip(":")) for line in lines] == list(range(1, 13))
         last = rank0.epochs.rows[-1]
         assert f"step {last['step']}" in lines[-1] and not math.isnan(last["loss"])
+
+
+def test_an_epoch_without_a_full_validation_says_so_instead_of_printing_nan(capsys):
+    """Above 16 ranks short epochs skip the full validation (RunPlan.full_eval_due): their rows
+    carry NaN, and the CLI's epoch line says the epoch was not evaluated."""
+
+    class Rows:  # the one method of hpclab.cluster.run.Run the line printer reads
+        def epoch_rows(self, after):
+            rows = [
+                {
+                    "epoch": 1,
+                    "step": 8,
+                    "loss": 2.1,
+                    "val_accuracy": float("nan"),
+                    "samples_per_sec": 9e4,
+                },
+                {
+                    "epoch": 2,
+                    "step": 16,
+                    "loss": 1.9,
+                    "val_accuracy": 0.4125,
+                    "samples_per_sec": 9e4,
+                },
+            ]
+            return [r for r in rows if r["epoch"] > after]
+
+    Progress(total_steps=16, enabled=True)(Rows())
+    lines = capsys.readouterr().err.splitlines()
+    assert "val_acc not evaluated this epoch" in lines[0] and "nan" not in lines[0]
+    assert "val_acc 0.412" in lines[1]

@@ -22,9 +22,12 @@ from typing import Any
 import numpy as np
 
 from hpclab.core import scaling
-from hpclab.core.catalog import EVAL_POINTS, MAX_TOTAL_STEPS
+from hpclab.core.catalog import EVAL_POINTS, MAX_TOTAL_STEPS, RANK_LISTS_MAX
 from hpclab.core.config_rules import check_workers, fail
 from hpclab.core.errors import ConfigError
+
+#: Above RANK_LISTS_MAX ranks: at least this many steps of training per full validation.
+FULL_EVAL_MIN_STEPS = 32
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,19 @@ class RunPlan:
     total_steps: int
     eval_every: int  # steps between held-out evaluations; 0 when off
     train_samples_per_worker: int
+
+    # -- when the whole validation set is evaluated ---------------------------------------------
+    def full_eval_due(self, step: int) -> bool:
+        """Whether the epoch ending at optimizer step ``step`` evaluates the whole validation
+        set. Always up to RANK_LISTS_MAX ranks (every lesson) and at the run's end. Above, an
+        epoch of fewer than FULL_EVAL_MIN_STEPS steps (64 ranks on the workshop data: 8) does so
+        only every ceil(FULL_EVAL_MIN_STEPS / steps_per_epoch) epochs, so that evaluation, a
+        collective every rank pays, does not outweigh training; the other epochs' rows carry
+        NaN, which every view and record skips."""
+        if step >= self.total_steps or self.workers <= RANK_LISTS_MAX:
+            return True
+        every = -(-FULL_EVAL_MIN_STEPS // self.steps_per_epoch)
+        return (step // self.steps_per_epoch) % every == 0
 
     # -- the learning rate ---------------------------------------------------------------------
     def lr_at(self, step: int) -> float:

@@ -43,7 +43,6 @@ from hpclab.rank.validation import Validation
 
 CALL_TARGET_S = 0.15  # auto-sized calls last about this long
 FIRST_CALL_STEPS = 4  # the first call also traces: keep it short
-FULL_EVAL_MIN_STEPS = 32  # above RANK_LISTS_MAX ranks: steps of training per full evaluation
 
 
 @dataclass
@@ -440,16 +439,9 @@ class Trainer:
         return t - t_eval
 
     def _full_eval_due(self, step: int) -> bool:
-        """Whether the epoch ending at ``step`` evaluates the whole validation set: always up
-        to RANK_LISTS_MAX ranks (the lab's lessons) and at the run's end; above, epochs of
-        fewer than FULL_EVAL_MIN_STEPS steps (64 ranks: 8) only every few, so evaluation does
-        not outweigh training (every rank computes the same answer: it is a collective)."""
-        if self.val is None:
-            return False
-        if step >= self.total_steps or self.world <= RANK_LISTS_MAX:
-            return True
-        every = -(-FULL_EVAL_MIN_STEPS // self.steps_per_epoch)
-        return (step // self.steps_per_epoch) % every == 0
+        """Whether the epoch ending at ``step`` evaluates the whole validation set
+        (:meth:`hpclab.core.plan.RunPlan.full_eval_due`; never without one)."""
+        return self.val is not None and self.plan.full_eval_due(step)
 
     def _checkpoint(self, step: int, m: LoopMeters) -> float:
         """Rank 0 writes the whole state at ``step``; the seconds it took."""

@@ -17,6 +17,13 @@ def say(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
+def _val_text(value: Any) -> str:
+    """An epoch's held-out accuracy; above 16 ranks short epochs skip the full validation
+    (hpclab.core.plan.RunPlan.full_eval_due) and their rows carry NaN."""
+    v = num(value)
+    return f"val_acc {v:.3f}" if math.isfinite(v) else "val_acc not evaluated this epoch"
+
+
 def num(value: Any, default: float = float("nan")) -> float:
     """A telemetry value as a float (None, missing or NaN-able junk become `default`)."""
     try:
@@ -73,7 +80,7 @@ class Progress:
                     f"  epoch {int(num(row.get('epoch'), 0))}: "
                     f"step {int(num(row.get('step'), 0))}, "
                     f"loss {num(row.get('loss')):.4g}, "
-                    f"val_acc {num(row.get('val_accuracy')):.3f}, "
+                    f"{_val_text(row.get('val_accuracy'))}, "
                     f"{num(row.get('samples_per_sec')):,.0f} samples/s"
                 )
             if new:
