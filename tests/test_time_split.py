@@ -80,6 +80,12 @@ def test_the_time_split_adds_up_to_the_measured_step_time_in_every_window(lab):
     run, summary = _until_steady(lab, RunConfig(**{**BASE, "epochs": LONG}))
     rows = _steady(run)
     timed = [p for p in PARTS if p != "sync"]  # sync is the call's untimed rest
+    rest = [
+        1 - sum(row[f"rank_{p}_ms"][r] for p in timed) / row["step_ms"]
+        for _, row in rows.iterrows()
+        for r in range(2)
+    ]
+    print(f"[split] untimed share of the step by window and rank: {np.round(rest, 3).tolist()}")
     for _, row in rows.iterrows():
         for r in range(2):
             parts = sum(row[f"rank_{p}_ms"][r] for p in timed)
