@@ -79,10 +79,15 @@ def _claim_00(runs_dir: Path) -> str:
 
 
 def _claim_01(runs_dir: Path) -> str:
-    """Notebook 01: without scaling, accuracy falls by more than 10 points at each step up in
-    batch (one seed: the margin, not a second seed, is the judge); linear scaling with warm-up buys it back at the medium batch and fails at the largest; in
-    the window, LARS still trains (status not failed, accuracy above 0.15) at a peak LR at least
-    twice the largest at which momentum SGD trains, and collapses too at the top."""
+    """Notebook 01: without scaling, accuracy falls at every step up in batch, by more than 10
+    points from 128 to 512 and from 512 to 2,048 (no scaling's runs are smooth: six seeds moved
+    it by 4 points at 256); linear scaling with warm-up buys it back at the medium batch (256:
+    more than 10 points above no scaling; six seeds read 16-20, the seeds moved the gap by 4)
+    and fails at the largest. At 512 its peak LR 0.4 is at the window's edge, where the seed
+    decides (seeds 0-5: 0.956, 0.947, collapsed, 0.906, 0.958, 0.531; under
+    ONEDNN_MAX_CPU_ISA=AVX2 seed 0 read 0.729): reported, not judged. In the window, LARS still
+    trains (status not failed, accuracy above 0.15) at a peak LR at least twice the largest at
+    which momentum SGD trains, and collapses too at the top."""
     records = _records(runs_dir)
     window = [r for r in records if "lr-window" in (r.config.get("tags") or ())]
     sweep = [r for r in records if r.config["epochs"] == 6]
@@ -99,10 +104,11 @@ def _claim_01(runs_dir: Path) -> str:
         }
 
     none, linear, lars = rule("none"), rule("linear"), rule("linear", "lars")
-    b = sorted(none)
-    assert len(b) == 3 and none[b[0]] > none[b[1]] + 0.1 > none[b[2]] + 0.2, none
-    assert linear[b[1]] > none[b[1]] + 0.2, (linear, none)  # bought back at the medium batch
-    assert linear[b[2]] < linear[b[1]] - 0.2, linear  # the largest: past the window's edge
+    b = sorted(none)  # 128, 256 (medium), 512 (the edge), 2,048 on two workers
+    assert len(b) == 4 and none[b[0]] > none[b[1]] > none[b[2]] > none[b[3]], none
+    assert none[b[0]] > none[b[2]] + 0.1 > none[b[3]] + 0.2, none
+    assert linear[b[1]] > none[b[1]] + 0.1, (linear, none)  # bought back at the medium batch
+    assert linear[b[3]] < linear[b[1]] - 0.2, linear  # the largest: past the window's edge
     band = {
         opt: {
             round(r.summary["lr"], 3): round(acc(r), 3)
