@@ -13,7 +13,8 @@ fits and plans from them):
 * **computation scalability**, on the same ranks: a forward/backward pass with one rank busy and
   with all of them (:mod:`hpclab.rank.probes.compute_share`), never from a training run;
 * **the time split**, on one rank: short runs at a few local batches, each part of the step
-  (:mod:`hpclab.core.pop`) averaged over the run;
+  (:mod:`hpclab.core.pop`), the median of the run's steady telemetry windows; each run lasts
+  until it has them (:func:`measure_splits`), not for a fixed number of steps;
 * **steps to target**, on one rank (steps to a target do not depend on how many ranks compute
   the batch): a small grid of learning rates per global batch, each run stopped when its
   held-out accuracy first reaches the target;
@@ -26,6 +27,8 @@ from __future__ import annotations
 import json
 import math
 import statistics as stats
+import sys
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -36,7 +39,9 @@ from hpclab.core.errors import ConfigError, LabError
 from hpclab.core.pop import PARTS, USEFUL
 
 LOCAL_BATCHES = (16, 64, 256)  # the time split's local batches (rows of the affine fits)
-SPLIT_SAMPLES = 32_000  # samples one rank processes in each time-split run (~1-3 s here)
+SPLIT_WINDOWS = 8  # steady telemetry windows each time-split run measures (its median's sample)
+SPLIT_PUBLISH_S = 0.2  # their length: a time-split run lasts ~2 x 8 x 0.2 s after its first call
+SPLIT_TIMEOUT_S = 120.0  # a time-split run still short of them by then ends with what it has
 SWEEP_BATCHES = (32, 64, 128, 256)  # global batches of the steps-to-target sweep
 CRITICAL_BATCHES = (32, 64, 128, 256, 512, 1024)  # notebooks 02/05: past the bend, to the flat
 LR_FACTORS = (1.0, 2.0, 4.0)  # × the square-root rule's LR at each batch: the per-batch grid
@@ -129,14 +134,16 @@ def measure_compute_share(lab, cfg: RunConfig, m: Measurements, local_batches=LO
 
 
 def split_config(cfg: RunConfig, local_batch: int) -> RunConfig:
-    """A short timing run: no evaluation, no noise scale, ~SPLIT_SAMPLES samples per rank."""
-    steps = int(min(3000, max(60, SPLIT_SAMPLES // local_batch)))
+    """A timing run: no evaluation, no noise scale, telemetry windows of SPLIT_PUBLISH_S; long
+    enough for any machine (:func:`measure_splits` stops it once it has what it needs)."""
     return cfg.replace(
         batch_per_worker=int(local_batch),
-        max_steps=steps,
+        epochs=max(cfg.epochs, 1000),
+        max_steps=200_000,  # (the timeout ends it first on any machine we know)
         eval_every=0,
         noise_scale=False,
         time_split=True,
+        publish_every_s=SPLIT_PUBLISH_S,
         name=f"planner: time split, local batch {local_batch}",
     )
 
@@ -155,13 +162,34 @@ def steady_split(history, summary: dict) -> dict[str, float]:
     return {c: float(split[c]) for c in cols}
 
 
+def run_until_windows(lab, cfg: RunConfig, windows: int, timeout: float = SPLIT_TIMEOUT_S):
+    """Run `cfg` until its second half holds `windows` telemetry windows (2 x windows + 1 rows:
+    the first holds the traced first call), then stop it: a measurement sized by what it needs,
+    so a faster machine gives the same windows sooner rather than too few. (A fixed step count
+    gave 0.4-1.2 s runs here, one or two 0.5-s windows, and the whole-run means with the first
+    steps in them: the 2-rank step at local batch 256 read 2.8 and 4.9 ms in two repeats.)
+    Bounded by `timeout` s; returns (run, summary)."""
+    run = lab.run(cfg)
+    enough = threading.Event()
+    rows_needed = 2 * windows + 1
+
+    def check(r) -> None:
+        if r.done or r.rows_since(sys.maxsize)[1] >= rows_needed:
+            enough.set()
+
+    run.on_update(check)
+    enough.wait(timeout)
+    run.stop(timeout=60)
+    return run, run.wait(timeout=120)
+
+
 def measure_splits(lab, cfg: RunConfig, local_batches=LOCAL_BATCHES) -> list[dict]:
-    """Short runs on the lab's ranks: each part of the step in ms (mean over ranks, steady
-    state: :func:`steady_split`) and each rank's useful ms (for POP's load balance)."""
+    """Timing runs on the lab's ranks, each until it has SPLIT_WINDOWS steady windows: each
+    part of the step in ms (mean over ranks, :func:`steady_split`) and each rank's useful ms
+    (for POP's load balance)."""
     out = []
     for b in local_batches:
-        run = lab.run(split_config(cfg, b))
-        summary = run.wait()
+        run, summary = run_until_windows(lab, split_config(cfg, b), SPLIT_WINDOWS)
         split = summary.get("time_split") or {}
         if not split:
             raise LabError(f"the time-split run {run.run_id} recorded no time split.")
