@@ -174,6 +174,7 @@ def run_until_windows(lab, cfg: RunConfig, windows: int, timeout: float = SPLIT_
     rows_needed = 2 * windows + 1
 
     def check(r) -> None:
+        # (rows_since returns the count of rows taken so far; from past the end it copies none)
         if r.done or r.rows_since(sys.maxsize)[1] >= rows_needed:
             enough.set()
 

@@ -17,8 +17,9 @@ The arms (each call: ``steps`` optimizer steps in one ``tf.while_loop``):
   rate, nothing else;
 * ``engine``: the lab's own compiled call (:class:`hpclab.rank.compiled_call.CompiledCall`) of a
   :class:`hpclab.rank.trainer.Trainer` set up from ``cfg`` as a run would be: the step's sums
-  (loss, correct predictions), the spike detector, the LR as a function of the step, the call's
-  telemetry allreduce, and the time split on its last step;
+  (loss, correct predictions), the spike detector's state (the detector itself is off by
+  default), the LR as a function of the step, the call's telemetry allreduce (with 2+ ranks),
+  and the time split on its last step;
 * ``untimed``: the same call's twin traced without any timestamp (``stamp_pairs``);
 * ``lean``: a second trainer with the time split and the noise scale off (what remains is the
   step's bookkeeping that no knob turns off);
@@ -111,7 +112,7 @@ def _engine_calls(cfg, plan, run_dir: Path, data_dir: str):
     trainer.setup()
     decided = decisions()
 
-    def timed(k, step):
+    def timed(k, step):  # (CompiledCall.next_function picks by the parity of its call count)
         trainer.call.calls = 0  # next_function(): odd calls run the timed function
         trainer._call(step, k, decided)
 
