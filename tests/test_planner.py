@@ -176,6 +176,17 @@ def test_the_computation_slowdown_is_fitted_per_local_batch_and_interpolated():
     assert on_a_device.slowdown_at(64) == 1.0  # a device per rank: no sharing assumed
 
 
+def test_the_slowdown_is_taken_against_one_rank_alone_on_the_machine_where_measured():
+    """``solo_s`` (a one-rank lab: the 1-rank splits' baseline) before the lab's "alone", which
+    under ``taskset -c 0`` already shares its core with an idle rank's polling."""
+    shares = [
+        {"local_batch": 16, "alone_s": 2.0, "together_s": 2.0, "solo_s": 1.0},
+        {"local_batch": 64, "alone_s": 1.0, "together_s": 1.5},  # an older measurement
+    ]
+    hw = planner.fit_hardware(recorded(compute_share=shares))
+    assert hw.slowdown_by_batch == ((16, 2.0), (64, 1.5))
+
+
 # --- held-out checks on real ranks ------------------------------------------------------------
 
 
@@ -205,6 +216,7 @@ def test_predictions_hold_on_measurements_they_were_not_fitted_on(tmp_path):
             planner.measure_compute_share(lab, cfg, rep)
             two_ranks.append(planner.measure_splits(lab, cfg))
             lab.restart(workers=1)
+            planner.measure_solo(lab, cfg, rep)
             rep.splits = planner.measure_splits(lab, cfg)
     fits = [planner.fit_hardware(m), planner.fit_hardware(again)]
     n = m.gradient["bytes"]

@@ -11,7 +11,8 @@ fits and plans from them):
   :mod:`comm_probe` does (eager): on a busy machine the compiled call's hand-over to Horovod's
   background loop adds milliseconds the eager sweep never sees;
 * **computation scalability**, on the same ranks: a forward/backward pass with one rank busy and
-  with all of them (:mod:`hpclab.rank.probes.compute_share`), never from a training run;
+  with all of them (:mod:`hpclab.rank.probes.compute_share`), never from a training run; and the
+  same pass on a one-rank lab (:func:`measure_solo`), the baseline the slowdown is taken against;
 * **the time split**, on one rank: short runs at a few local batches, each part of the step
   (:mod:`hpclab.core.pop`), the median of the run's steady telemetry windows; each run lasts
   until it has them (:func:`measure_splits`), not for a fixed number of steps;
@@ -58,7 +59,8 @@ class Measurements:
     gradient: dict = field(default_factory=dict)  # bytes, tensors, parameters
     comm: list[dict] = field(default_factory=list)  # bytes, seconds, ranks (the α/β fit)
     gradient_allreduce: dict | None = None  # bytes, seconds, ranks: held out of the fit
-    compute_share: list[dict] = field(default_factory=list)  # local_batch, alone_s, together_s
+    # local_batch, alone_s, together_s (on the lab's ranks); solo_s (on one rank: measure_solo)
+    compute_share: list[dict] = field(default_factory=list)
     splits: list[dict] = field(default_factory=list)  # workers, local_batch, step_ms, parts
     sweep: list[dict] = field(default_factory=list)  # global_batch, lr, steps (None: missed)
     b_simple: float | None = None  # the gradient noise scale where a run first reached the target
@@ -131,6 +133,28 @@ def measure_compute_share(lab, cfg: RunConfig, m: Measurements, local_batches=LO
                 "together_s": stats.median(r["seconds"] for r in both),
             }
         )
+
+
+def measure_solo(lab, cfg: RunConfig, m: Measurements) -> None:
+    """On a one-rank lab, each :func:`measure_compute_share` batch's forward/backward with no
+    other rank on the machine (``solo_s``): the baseline of the 1-rank time splits, which the
+    slowdown must share. "Alone" on the lab's ranks is not it where ranks outnumber cores: an
+    idle rank's Horovod loop busy-polls, so under ``taskset -c 0`` a rank computing "alone"
+    already shares its core (together / alone read 1.0, the 2-rank step was predicted 32-50 %
+    short); with a core each the two baselines agree."""
+    from hpclab.rank.probes import compute_share
+
+    if lab.workers != 1:
+        raise LabError(
+            f"the one-rank baseline of computation scalability needs a lab of one rank; this one "
+            f"has {lab.workers} (lab.restart(workers=1))."
+        )
+    d, data_dir = cfg.to_dict(), str(lab.data_dir)
+    for c in m.compute_share:
+        (solo,) = lab.apply(
+            compute_share.forward_backward_seconds, d, data_dir, c["local_batch"], [0]
+        )
+        c["solo_s"] = solo["seconds"]
 
 
 def split_config(cfg: RunConfig, local_batch: int) -> RunConfig:
@@ -354,6 +378,7 @@ def measure(
     m.seconds["communication"] = time.monotonic() - t0
     t0 = time.monotonic()
     lab.restart(workers=1)
+    measure_solo(lab, cfg, m)
     m.splits = measure_splits(lab, cfg, local_batches)
     m.seconds["time split"] = time.monotonic() - t0
     t0 = time.monotonic()

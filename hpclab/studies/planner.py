@@ -40,6 +40,7 @@ from hpclab.studies.plan_measure import (
     measure_b_simple,
     measure_comm,
     measure_compute_share,
+    measure_solo,
     measure_splits,
     measure_sweep,
     steady_split,
@@ -86,10 +87,12 @@ def fit_hardware(
     )
     slowdown, by_batch = 1.0, ()
     if m.compute_share:
+        # against one rank alone on the machine, the 1-rank splits' own baseline (older
+        # measurements have only the lab's "alone", with its idle neighbours)
         ratios = {
-            c["local_batch"]: max(1.0, c["together_s"] / c["alone_s"])
+            c["local_batch"]: max(1.0, c["together_s"] / base)
             for c in m.compute_share
-            if c["alone_s"]
+            if (base := c.get("solo_s") or c["alone_s"])
         }
         slowdown = stats.median(ratios.values()) if ratios else 1.0
         by_batch = tuple(sorted(ratios.items())) if len(ratios) > 1 else ()
@@ -251,6 +254,7 @@ __all__ = [
     "measure",
     "measure_comm",
     "measure_compute_share",
+    "measure_solo",
     "measure_splits",
     "measure_sweep",
     "fit_hardware",
