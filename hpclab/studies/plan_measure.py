@@ -12,7 +12,9 @@ fits and plans from them):
   background loop adds milliseconds the eager sweep never sees;
 * **computation scalability**, on the same ranks: a forward/backward pass with one rank busy and
   with all of them (:mod:`hpclab.rank.probes.compute_share`), never from a training run; and the
-  same pass on a one-rank lab (:func:`measure_solo`), the baseline the slowdown is taken against;
+  same pass on a one-rank lab (:func:`measure_solo`), the baseline the slowdown is taken against
+  (the model assumes a core or a device per rank, as an allocation gives: on fewer cores than
+  ranks it predicted the 2-rank step 13-19 % short);
 * **the time split**, on one rank: short runs at a few local batches, each part of the step
   (:mod:`hpclab.core.pop`), the median of the run's steady telemetry windows; each run lasts
   until it has them (:func:`measure_splits`), not for a fixed number of steps;
