@@ -134,10 +134,15 @@ def _best_lr_sweep(runs_dir: Path):
 
 def _claim_02(runs_dir: Path) -> str:
     """Notebook 02: throughput rises many times from the smallest batch to the largest; with the
-    LR tuned per batch every batch reaches the target, the steps fall from the smallest batch to
-    the largest while the samples to target grow, and the first two doublings cut the steps by
-    more than the last two even when every count is moved 10 steps (the evaluation interval)
-    against the claim. Time to target is reported, not judged (it is this machine's)."""
+    LR tuned per batch every batch reaches the target, and from the smallest batch to the largest
+    the steps fall by more than 2x while the samples to target grow by more than 2x.
+
+    Where the curve bends is not judged here, from two ratios of single runs: one batch's steps
+    to target moved by up to 60 % between seeds (256: 150 steps at seed 0, 160 at seed 1, 240 at
+    seed 2 with ONEDNN_MAX_CPU_ISA=AVX2), and at that seed the 32->128 cut (x2.19, each count
+    moved one 10-step evaluation against it) fell below the 256->1,024 cut (x2.27), where seeds 0
+    and 1 read x3.05 / x1.45 and x2.67 / x1.55. Notebook 05 fits the bend over all six batches,
+    with its standard error, and judges it there. The cuts and time to target are reported."""
     from hpclab.studies import plan_measure
     from hpclab.views.charts.comparison import compare
 
@@ -150,15 +155,12 @@ def _claim_02(runs_dir: Path) -> str:
     assert list(best.index) == batches == [32, 64, 128, 256, 512, 1024], (batches, best)
     steps, samples = best["steps"], best["samples"]
     assert steps[32] > 2 * steps[1024] and samples[1024] > 2 * samples[32], best
-    grain = 10  # steps to target are read at evaluations 10 steps apart
-    early = (steps[32] - grain) / (steps[128] + grain)  # two doublings, each count moved
-    late = (steps[256] + grain) / (steps[1024] - grain)  # against the claim by one interval
-    assert early > late, (early, late, steps.to_dict())
+    early, late = steps[32] / steps[128], steps[256] / steps[1024]  # reported: see above
     table = plan_measure.best_lr_table(sweep, rate).set_index("global_batch")
     return (
         f"samples/s by global batch {rate.round(0).to_dict()}; best LR {best['best_lr'].to_dict()}"
         f"; steps {steps.to_dict()}; samples {samples.to_dict()}; steps cut x{early:.2f} over "
-        f"32->128 vs x{late:.2f} over 256->1024 (each bounded by 10 steps); time to target "
+        f"32->128 vs x{late:.2f} over 256->1024 (reported); time to target "
         f"{table['time_to_target_s'].round(2).to_dict()} (reported)"
     )
 
