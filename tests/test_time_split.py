@@ -9,13 +9,14 @@ import pytest
 
 from hpclab import RunConfig
 from hpclab.core.pop import PARTS, USEFUL, straggler_factor
+from hpclab.studies.plan_measure import second_half
 
 pytestmark = [pytest.mark.mpi, pytest.mark.slow, pytest.mark.timing]
 
-# Steady rows: after STEADY_S of training and in the run's second half (by step), never the first
-# (tracing, optimising). The second half is the planner's rule too (plan_measure.steady_split):
-# the host's untimed share of a step decays for a few seconds after the first call (one quiet
-# two-core run: 10.8, 7.5, 5.9, 5.1 % in the four windows after 1 s, then 2.2-2.9 %).
+# Steady rows: after STEADY_S of training and in the run's second half by step
+# (plan_measure.second_half, the planner's rule too), never the first (tracing, optimising): the
+# host's untimed share of a step decays for a few seconds after the first call (one quiet two-core
+# run: 10.8, 7.5, 5.9, 5.1 % in the four windows after 1 s, then 2.2-2.9 %).
 STEADY_S = 1.0
 STEADY_ROWS = 6  # telemetry windows a split is judged on (one every publish_every_s)
 BASE = dict(epochs=10, batch_per_worker=64, publish_every_s=0.5, eval_samples=0)
@@ -26,9 +27,8 @@ def _steady_rows(run) -> "pd.DataFrame":  # noqa: F821
     rows = run.history
     if rows.empty or "rank_compute_ms" not in rows:
         return rows
-    rows = rows.iloc[1:]  # the first window holds the first call: the graph traced and optimised
-    late = (rows["time_s"] >= STEADY_S) & (rows["step"] >= rows["step"].max() / 2)
-    return rows[late & rows["rank_compute_ms"].notna()]
+    rows = second_half(rows.iloc[1:])  # the first window holds the first call: traced, optimised
+    return rows[(rows["time_s"] >= STEADY_S) & rows["rank_compute_ms"].notna()]
 
 
 def _steady(run) -> "pd.DataFrame":  # noqa: F821

@@ -174,6 +174,12 @@ def split_config(cfg: RunConfig, local_batch: int) -> RunConfig:
     )
 
 
+def second_half(history):
+    """The telemetry rows of the run's second half by step: its steady part (the first steps pay
+    for Horovod's first negotiations, warm caches and the host's side of the call warming up)."""
+    return history[history["step"] >= history["step"].max() / 2]
+
+
 def steady_split(history, summary: dict) -> dict[str, float]:
     """Each part of the step in ms over the run's second half: the median of the telemetry
     windows there (the first steps pay for Horovod's first negotiations and warm caches, and a
@@ -181,7 +187,7 @@ def steady_split(history, summary: dict) -> dict[str, float]:
     parts = ("step", *(p for p in PARTS))
     cols = [f"{p}_ms" for p in parts]
     if history is not None and len(history) and all(c in history for c in cols):
-        late = history[history["step"] >= history["step"].max() / 2][cols].astype(float).dropna()
+        late = second_half(history)[cols].astype(float).dropna()
         if len(late) >= 3:
             return {c: float(late[c].median()) for c in cols}
     split = summary.get("time_split") or {}
