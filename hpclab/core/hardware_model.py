@@ -227,8 +227,8 @@ class HardwareModel:
     compute_slowdown: float = 1.0  # s_c(p) for p > 1: compute time at p ranks / at one
     overlap: float = 0.0
     notes: dict = field(default_factory=dict, compare=False)
-    # s_c measured at several local batches, ((batch, slowdown), ...): contention for the cores
-    # and caches depends on how much each rank computes at once, so where given it replaces the
+    # s_c measured at several local batches, ((batch, slowdown), ...): how much a rank's compute
+    # slows beside the others depends on how long it computes, so where given it replaces the
     # single figure, interpolated in log(batch) and held flat beyond the ends
     slowdown_by_batch: tuple = ()
 

@@ -31,6 +31,7 @@ from hpclab.core.hardware_model import (
     Network,
     fit_affine,
     fit_link,
+    load_balance_of,
 )
 from hpclab.studies.plan_measure import (
     TARGET,
@@ -39,8 +40,7 @@ from hpclab.studies.plan_measure import (
     measure,
     measure_b_simple,
     measure_comm,
-    measure_compute_share,
-    measure_solo,
+    measure_scalability,
     measure_splits,
     measure_sweep,
     steady_split,
@@ -56,6 +56,24 @@ PLAN_BATCHES = (32, 64, 128, 256, 512, 1024, 2048)
 # ---------------------------------------------------------------------------------------------
 
 
+def computation_slowdown(splits) -> dict[int, float]:
+    """s_c per local batch: a multi-rank time split's compute over the 1-rank split's at the same
+    local batch (the median where a batch was run more than once), at least 1 (a ratio below is
+    noise). POP's computation scalability inverted (Wagner, Mohr, Giménez and Labarta 2017;
+    :mod:`hpclab.core.pop`), read from training steps: it includes whatever slows a rank's
+    computation when the others train beside it (shared cores and caches, their Horovod loops)."""
+    alone: dict[int, list[float]] = {}
+    beside: dict[int, list[float]] = {}
+    for s in splits:
+        into = alone if s["workers"] == 1 else beside
+        into.setdefault(int(s["local_batch"]), []).append(float(s["compute_ms"]))
+    return {
+        b: max(1.0, stats.median(many) / stats.median(alone[b]))
+        for b, many in sorted(beside.items())
+        if b in alone and stats.median(alone[b]) > 0
+    }
+
+
 def fit_hardware(
     m: Measurements,
     *,
@@ -63,7 +81,9 @@ def fit_hardware(
     device_samples_per_s: float | None = None,
     load_balance: float | None = None,
 ) -> HardwareModel:
-    """The hardware model from 1-rank time splits, the allreduce sweep and the compute probe.
+    """The hardware model from the time splits (1-rank: compute and the rest; multi-rank: the
+    computation slowdown, :func:`computation_slowdown`, and the load balance, the median of
+    theirs) and the allreduce sweep.
 
     ``network`` replaces this machine's (a target cluster's links, entered); with
     ``device_samples_per_s`` the compute is a target device's rate instead of this CPU's, and no
@@ -85,17 +105,21 @@ def fit_hardware(
         [max(sum(s[f"{p}_ms"] for p in REST_PARTS), 1e-6) / 1e3 for s in ones],
         "measured: 1-rank time splits",
     )
-    slowdown, by_batch = 1.0, ()
-    if m.compute_share:
-        # against one rank alone on the machine, the 1-rank splits' own baseline (older
-        # measurements have only the lab's "alone", with its idle neighbours)
-        ratios = {
-            c["local_batch"]: max(1.0, c["together_s"] / base)
-            for c in m.compute_share
-            if (base := c.get("solo_s") or c["alone_s"])
-        }
-        slowdown = stats.median(ratios.values()) if ratios else 1.0
-        by_batch = tuple(sorted(ratios.items())) if len(ratios) > 1 else ()
+    ratios = computation_slowdown(m.splits)
+    slowdown = stats.median(ratios.values()) if ratios else 1.0
+    by_batch = tuple(sorted(ratios.items())) if len(ratios) > 1 else ()
+    # POP's load balance of the multi-rank splits (their ranks' useful time), unless entered
+    balances = [
+        load_balance_of(s["rank_useful_ms"])
+        for s in m.splits
+        if s["workers"] > 1 and len(s.get("rank_useful_ms") or ()) > 1
+    ]
+    if load_balance is not None:
+        lb_source = "entered"
+    elif balances:
+        load_balance, lb_source = stats.median(balances), "measured here"
+    else:
+        lb_source = "assumed 1.0"
     if device_samples_per_s is not None:
         compute = Affine.from_rate(device_samples_per_s, "entered: device rate")
         slowdown, by_batch = 1.0, ()
@@ -111,7 +135,7 @@ def fit_hardware(
     notes = {
         "local_batches": batches,
         "ranks_measured": sorted({1, *(c["ranks"] for c in m.comm)}),
-        "load_balance_source": "entered" if load_balance is not None else "assumed 1.0",
+        "load_balance_source": lb_source,
     }
     return HardwareModel(
         compute=compute,
@@ -253,10 +277,10 @@ __all__ = [
     "PlanResult",
     "measure",
     "measure_comm",
-    "measure_compute_share",
-    "measure_solo",
+    "measure_scalability",
     "measure_splits",
     "measure_sweep",
+    "computation_slowdown",
     "fit_hardware",
     "fit_statistics",
     "plan",
