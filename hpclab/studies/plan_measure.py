@@ -11,12 +11,12 @@ fits and plans from them):
   :mod:`comm_probe` does (eager): on a busy machine the compiled call's hand-over to Horovod's
   background loop adds milliseconds the eager sweep never sees;
 * **computation scalability**, on the same ranks: time-split runs at the time split's local
-  batches (:func:`measure_scalability`); each rank's compute there over the 1-rank compute at the
-  same batch is the slowdown the model multiplies compute by at more than one rank. It is read
-  from training steps, not from a forward/backward probe: on 2 cores a probe with no Horovod
-  traffic read no slowdown (together / alone 0.98-1.05 at local batch 16, 64, 256, measured),
-  while the training step's compute slowed 1.2-1.6x, its ranks' Horovod loops polling beside
-  the computation; the model's 2-rank step is checked at local batches these runs never used
+  batches (:func:`measure_scalability`); the ranks' mean compute there over the 1-rank compute
+  at the same batch is the slowdown the model multiplies compute by at more than one rank. It is
+  read from training steps, not from a probe: on 2 cores a training step with no allreduce ran
+  as fast beside the other rank as alone (0.98-1.05x at local batch 16, 64, 256, measured),
+  while the training step's compute slowed 1.2-1.6x once the ranks' Horovod loops run beside
+  it; the model's 2-rank step is checked at local batches these runs never used
   (tests/test_planner.py);
 * **the time split**, on one rank: the same short runs, each part of the step
   (:mod:`hpclab.core.pop`), the median of the run's steady telemetry windows; each run lasts
