@@ -159,8 +159,6 @@ def test_throughput_skips_the_warm_up_calls_and_weights_calls_by_their_length():
     for samples, seconds in calls:
         log.add_call(samples, seconds)
     log.add_call(1000, 0.0)  # a zero-length interval is not a rate
-    for window in ([10.0, 20.0], [100.0, 110.0], [100.0, 90.0], [None, 5.0]):
-        log.add_window(window)
     s = log.summary()
     kept = calls[3:]  # max(3, 10 %) calls skipped
     # all samples over all seconds of the kept calls, not the mean of unequal calls' rates
@@ -170,7 +168,53 @@ def test_throughput_skips_the_warm_up_calls_and_weights_calls_by_their_length():
     sigma = np.sqrt(np.average((rates - 6000 / 0.07) ** 2, weights=w))
     assert s["samples_per_sec_ci95"] == pytest.approx(1.96 * sigma)
     assert s["throughput_intervals"] == 3
-    assert s["rank_samples_per_sec"] == pytest.approx([100.0, 100.0])  # first window skipped
+    assert s["rank_samples_per_sec"] == []  # no window was gathered
+
+
+def _lockstep(log: ThroughputLog, calls: int, seconds: float, waits=(0.0, 0.0), evals=(0, 0)):
+    """``calls`` one-call windows of two ranks in lockstep: B samples each per call; the group's
+    call takes ``seconds``, a rank that evaluated less than its peer (``evals``) waits the
+    difference in its next call (``waits``), as an early rank does while its peer optimises."""
+    for _ in range(calls):
+        log.add_call(WORLD * B, seconds + max(waits))
+        log.add_window(
+            detail(
+                samples=[B, B],
+                call_s=[seconds + w for w in waits],
+                host_s=[0.0, 0.0],
+                eval_s=list(evals),
+            )
+        )
+
+
+def test_each_ranks_rate_is_its_share_of_the_calls_the_global_rate_keeps():
+    """A start-up transient (rank 1 waits 0.1 s in each of the first calls for rank 0, which
+    spent it optimising outside the timed training) is skipped for the ranks as for the global
+    rate: after it the ranks run in lockstep, and their rates are equal and add up to it."""
+    log = ThroughputLog()
+    _lockstep(log, 1, 5.0)  # the first call: the graph is optimised
+    _lockstep(log, 2, 0.01, waits=(0.0, 0.1), evals=(0.1, 0.0))
+    _lockstep(log, 57, 0.01)
+    s = log.summary()  # 60 calls: the first 6 skipped
+    assert s["samples_per_sec"] == pytest.approx(WORLD * B / 0.01)
+    assert s["rank_samples_per_sec"] == pytest.approx([B / 0.01] * WORLD)
+    assert sum(s["rank_samples_per_sec"]) == pytest.approx(s["samples_per_sec"])
+
+
+def test_a_run_too_short_to_skip_the_warm_up_still_reports_every_rank():
+    one, two = ThroughputLog(), ThroughputLog()
+    _lockstep(one, 1, 0.5)  # one window: it is the whole run
+    assert one.summary()["rank_samples_per_sec"] == pytest.approx([B / 0.5] * WORLD)
+    _lockstep(two, 1, 5.0)
+    _lockstep(two, 1, 0.25, waits=(0.0, 0.25))  # two windows: the first (graph) is skipped
+    assert two.summary()["rank_samples_per_sec"] == pytest.approx([B / 0.25, B / 0.5])
+
+
+def test_the_per_rank_sums_keep_logarithmically_many_snapshots():
+    log = ThroughputLog()
+    _lockstep(log, 20_000, 0.001)
+    assert len(log._snapshots) < 20 + math.log(20_000 / 20) / math.log(log.SNAPSHOT_GROWTH)
+    assert log.summary()["rank_samples_per_sec"] == pytest.approx([B / 0.001] * WORLD)
 
 
 def _calls(sizer: CallSizer, seconds_per_step, n: int, epoch_steps: int | None = None) -> list:

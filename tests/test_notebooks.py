@@ -64,14 +64,16 @@ def _records(runs_dir: Path) -> list:
 
 def _claim_00(runs_dir: Path) -> str:
     """Notebook 00: the first run finishes well above chance (0.10) with one weights digest on
-    every rank, and in synchronous training the ranks' own rates come out nearly equal."""
+    every rank, and in synchronous training the ranks' own rates come out nearly equal and add
+    up to the global rate (each is its rank's share of the same calls after the warm-up)."""
     (run,) = _records(runs_dir)
     s = run.summary
     assert s["status"] == "finished" and s["val_accuracy"] >= 0.5, s  # chance is 0.10
     assert len(s["weights_digest"]) == s["world_size"] == 2, s["weights_digest"]
     assert len(set(s["weights_digest"])) == 1, s["weights_digest"]
-    rates = s["rank_samples_per_sec"]
+    rates, group = s["rank_samples_per_sec"], s["samples_per_sec"]
     assert max(rates) <= 1.1 * min(rates), rates  # every rank runs at the group's pace
+    assert abs(sum(rates) - group) <= 0.1 * group, (rates, group)  # shares of the same calls
     return (
         f"{s['status']}, val accuracy {s['val_accuracy']:.3f}, digests {s['weights_digest']}, "
         f"{s['samples_per_sec']:,.0f} samples/s, per rank {[round(r) for r in rates]}"

@@ -14,6 +14,7 @@ two kinds of telemetry:
 
 from __future__ import annotations
 
+import math
 import time
 from array import array
 from collections import deque
@@ -287,18 +288,27 @@ class EpochMeter:
 
 
 class ThroughputLog:
-    """Global rate per call and per-rank rates per window, summarised the Horovod-benchmark way.
+    """Global rate per call and each rank's rate, over the same calls after the warm-up.
 
-    The per-call rates are kept (8 bytes each, two floats a call: the warm-up skipped is a
-    fraction of them, known only at the end); the per-rank rates are kept as running sums, so
-    rank 0's memory does not grow with the world size times the run's length."""
+    The warm-up skipped is ``max(3, 10 %)`` of the calls, known only at the end. The per-call
+    rates are kept (two floats a call). Each rank's rate is its samples over its training
+    seconds (in calls and between them, evaluation excluded) summed over the windows after the
+    warm-up: its own share of the same calls, so the ranks' rates add up to the global one, and a
+    start-up transient (a rank waiting in an early call for a peer still optimising its graph)
+    is skipped for every rank as it is for the global rate. Those sums are kept cumulative, with
+    a snapshot at a window's end whenever the calls have grown by :data:`SNAPSHOT_GROWTH` since
+    the last one; the summary subtracts the first snapshot at or past the warm-up. Rank 0 thus
+    keeps O(log calls) snapshots of 2 × world floats, not the world size times the run's length.
+    """
+
+    SNAPSHOT_GROWTH = 1.05  # the warm-up skipped per rank: at most 5 % (and a window) past 10 %
 
     def __init__(self):
         self.global_rates = array("d")
         self.seconds = array("d")
-        self._rank_first: np.ndarray | None = None  # each rank's first finite rate (skipped)
-        self._rank_sum: np.ndarray | None = None
-        self._rank_n: np.ndarray | None = None
+        self._rank_samples: np.ndarray | None = None  # cumulative over every window, per rank
+        self._rank_busy: np.ndarray | None = None
+        self._snapshots: list[tuple[int, np.ndarray, np.ndarray]] = []  # (calls, samples, busy)
 
     def add_call(self, samples: float, seconds: float) -> None:
         """One call of every rank: ``samples`` global, ``seconds`` from one call's start to the
@@ -307,37 +317,46 @@ class ThroughputLog:
             self.global_rates.append(samples / seconds)
             self.seconds.append(seconds)
 
-    def add_window(self, rank_samples_per_sec: list[float | None]) -> None:
-        if not all(r is not None for r in rank_samples_per_sec):
-            return
-        rates = np.asarray(rank_samples_per_sec, dtype=float)
-        if self._rank_first is None:
-            self._rank_first = np.full(rates.shape, np.nan)
-            self._rank_sum, self._rank_n = np.zeros(rates.shape), np.zeros(rates.shape)
-        ok = np.isfinite(rates)
-        first = ok & np.isnan(self._rank_first)  # a rank's first window is its warm-up
-        self._rank_first[first] = rates[first]
-        later = ok & ~first
-        self._rank_sum[later] += rates[later]
-        self._rank_n[later] += 1
+    def add_window(self, detail: np.ndarray) -> None:
+        """A telemetry window's gathered ``[world, DETAIL]`` matrix, after its calls were added."""
+        samples = np.asarray(detail[:, D["samples"]], dtype=float)
+        busy = np.asarray(detail[:, D["call_s"]] + detail[:, D["host_s"]], dtype=float)
+        if self._rank_samples is None:
+            self._rank_samples, self._rank_busy = samples.copy(), busy.copy()
+        else:
+            self._rank_samples += samples
+            self._rank_busy += busy
+        calls = len(self.global_rates)
+        last = self._snapshots[-1][0] if self._snapshots else None
+        if last is None or calls >= max(last + 1, math.ceil(last * self.SNAPSHOT_GROWTH)):
+            self._snapshots.append((calls, self._rank_samples.copy(), self._rank_busy.copy()))
+
+    def _rank_rates(self, skip: int) -> list[float | None]:
+        """Each rank's samples over its training seconds after the first snapshot at or past
+        ``skip`` calls; after the first window if the run was too short for that; the first
+        window itself if there was only one."""
+        if self._rank_samples is None:
+            return []
+        total = (self._rank_samples, self._rank_busy)
+        later = [s for s in self._snapshots[1:] if s[0] >= skip]
+        for _, samples, busy in [*later[:1], *self._snapshots[:1], (0, 0.0, 0.0)]:
+            n, t = total[0] - samples, total[1] - busy
+            if (t > 0).all():
+                break
+        return [float(a / b) if b > 0 else None for a, b in zip(n, t)]
 
     def summary(self) -> dict:
-        """Mean ± 1.96σ after skipping the warm-up (max(3, 10 %) calls; 1 window per rank).
+        """Mean ± 1.96σ after skipping the warm-up (max(3, 10 %) calls), and each rank's rate.
 
         Calls differ in length (auto-sizing, epoch ends), so each call's rate is weighted by its
         duration: the mean is then all samples over all seconds of the kept calls."""
         skip = max(3, int(0.1 * len(self.global_rates)))
         stats = throughput_stats(self.global_rates, skip=skip, weights=self.seconds)
-        per_rank = []
-        if self._rank_first is not None:  # (one window only: it is the mean, as throughput_stats)
-            with np.errstate(invalid="ignore", divide="ignore"):
-                mean = np.where(self._rank_n > 0, self._rank_sum / self._rank_n, self._rank_first)
-            per_rank = [float(v) for v in mean]
         return {
             "samples_per_sec": stats.mean,
             "samples_per_sec_ci95": stats.ci95,
             "throughput_intervals": stats.n,
-            "rank_samples_per_sec": per_rank,
+            "rank_samples_per_sec": self._rank_rates(skip),
         }
 
 

@@ -420,7 +420,7 @@ class Trainer:
                     step, time.perf_counter() - t_start, self._lr(step), detail, m.noise
                 )
                 row["eval_loss"], row["eval_accuracy"] = point or (float("nan"),) * 2
-                m.rates.add_window(row["rank_samples_per_sec"])
+                m.rates.add_window(detail)
                 m.publisher.add_row(row)
             else:
                 m.window.reset()
