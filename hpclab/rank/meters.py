@@ -60,6 +60,12 @@ DETAIL = (
 D = {name: i for i, name in enumerate(DETAIL)}
 
 
+def training_seconds(detail: np.ndarray) -> np.ndarray:
+    """Each rank's training seconds in a gathered detail matrix: in calls and between them
+    (evaluation and checkpoints are timed apart). The denominator of every throughput here."""
+    return detail[:, D["call_s"]] + detail[:, D["host_s"]]
+
+
 class RateWindow:
     """The telemetry windows the throughput columns are computed over: at least ``min_s``.
 
@@ -81,7 +87,7 @@ class RateWindow:
     @staticmethod
     def seconds(detail: np.ndarray) -> float:
         """Training seconds a gathered detail matrix covers (its busiest rank's)."""
-        return float((detail[:, D["call_s"]] + detail[:, D["host_s"]]).max(initial=0.0))
+        return float(training_seconds(detail).max(initial=0.0))
 
     def add(self, detail: np.ndarray) -> np.ndarray:
         """Add the newest window's detail; the summed detail the throughput is taken over."""
@@ -148,7 +154,7 @@ class WindowMeter:
         else:
             self.detail_total += detail
         rated = self.rate.add(detail)
-        busy = rated[:, D["call_s"]] + rated[:, D["host_s"]]
+        busy = training_seconds(rated)
         samples = rated[:, D["samples"]].tolist()
         rank_sps = [s / t if t > 0 else None for s, t in zip(samples, busy.tolist())]
         sampled = w[R["noise_samples"]]
@@ -294,11 +300,11 @@ class ThroughputLog:
     rates are kept (two floats a call). Each rank's rate is its samples over its training
     seconds (in calls and between them, evaluation excluded) summed over the windows after the
     warm-up: its own share of the same calls, so the ranks' rates add up to the global one, and a
-    start-up transient (a rank waiting in an early call for a peer still optimising its graph)
-    is skipped for every rank as it is for the global rate. Those sums are kept cumulative, with
-    a snapshot at a window's end whenever the calls have grown by :data:`SNAPSHOT_GROWTH` since
-    the last one; the summary subtracts the first snapshot at or past the warm-up. Rank 0 thus
-    keeps O(log calls) snapshots of 2 × world floats, not the world size times the run's length.
+    start-up transient (a rank waiting in an early call for its peer) is skipped for every rank
+    as it is for the global rate. Those sums are kept cumulative, with a snapshot at a window's
+    end whenever the calls have grown by :data:`SNAPSHOT_GROWTH` since the last one; the summary
+    subtracts the first snapshot at or past the warm-up. Rank 0 thus keeps O(log calls)
+    snapshots of 2 × world floats, not the world size times the run's length.
     """
 
     SNAPSHOT_GROWTH = 1.05  # the warm-up skipped per rank: at most 5 % (and a window) past 10 %
@@ -320,7 +326,7 @@ class ThroughputLog:
     def add_window(self, detail: np.ndarray) -> None:
         """A telemetry window's gathered ``[world, DETAIL]`` matrix, after its calls were added."""
         samples = np.asarray(detail[:, D["samples"]], dtype=float)
-        busy = np.asarray(detail[:, D["call_s"]] + detail[:, D["host_s"]], dtype=float)
+        busy = np.asarray(training_seconds(detail), dtype=float)
         if self._rank_samples is None:
             self._rank_samples, self._rank_busy = samples.copy(), busy.copy()
         else:
