@@ -174,7 +174,7 @@ def test_throughput_skips_the_warm_up_calls_and_weights_calls_by_their_length():
 def _lockstep(log: ThroughputLog, calls: int, seconds: float, waits=(0.0, 0.0), evals=(0, 0)):
     """``calls`` one-call windows of two ranks in lockstep: B samples each per call; the group's
     call takes ``seconds``, a rank that evaluated less than its peer (``evals``) waits the
-    difference in its next call (``waits``), as an early rank does while its peer optimises."""
+    difference in its next call (``waits``)."""
     for _ in range(calls):
         log.add_call(WORLD * B, seconds + max(waits))
         log.add_window(
@@ -189,8 +189,8 @@ def _lockstep(log: ThroughputLog, calls: int, seconds: float, waits=(0.0, 0.0), 
 
 def test_each_ranks_rate_is_its_share_of_the_calls_the_global_rate_keeps():
     """A start-up transient (rank 1 waits 0.1 s in each of the first calls for rank 0, which
-    spent it optimising outside the timed training) is skipped for the ranks as for the global
-    rate: after it the ranks run in lockstep, and their rates are equal and add up to it."""
+    spent it outside the timed training) is skipped for the ranks as for the global rate: after
+    it the ranks run in lockstep, and their rates are equal and add up to it."""
     log = ThroughputLog()
     _lockstep(log, 1, 5.0)  # the first call: the graph is optimised
     _lockstep(log, 2, 0.01, waits=(0.0, 0.1), evals=(0.1, 0.0))

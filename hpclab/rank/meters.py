@@ -325,10 +325,10 @@ class ThroughputLog:
 
     def add_window(self, detail: np.ndarray) -> None:
         """A telemetry window's gathered ``[world, DETAIL]`` matrix, after its calls were added."""
-        samples = np.asarray(detail[:, D["samples"]], dtype=float)
-        busy = np.asarray(training_seconds(detail), dtype=float)
+        samples = detail[:, D["samples"]].astype(float)  # (a copy, as training_seconds' sum)
+        busy = training_seconds(detail)
         if self._rank_samples is None:
-            self._rank_samples, self._rank_busy = samples.copy(), busy.copy()
+            self._rank_samples, self._rank_busy = samples, busy
         else:
             self._rank_samples += samples
             self._rank_busy += busy
@@ -343,12 +343,13 @@ class ThroughputLog:
         window itself if there was only one."""
         if self._rank_samples is None:
             return []
-        total = (self._rank_samples, self._rank_busy)
-        later = [s for s in self._snapshots[1:] if s[0] >= skip]
-        for _, samples, busy in [*later[:1], *self._snapshots[:1], (0, 0.0, 0.0)]:
-            n, t = total[0] - samples, total[1] - busy
+        past_warm_up = [s for s in self._snapshots[1:] if s[0] >= skip][:1]
+        for _, samples, busy in past_warm_up + self._snapshots[:1]:
+            n, t = self._rank_samples - samples, self._rank_busy - busy
             if (t > 0).all():
                 break
+        else:  # one window: it is the whole run
+            n, t = self._rank_samples, self._rank_busy
         return [float(a / b) if b > 0 else None for a, b in zip(n, t)]
 
     def summary(self) -> dict:
