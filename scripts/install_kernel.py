@@ -12,7 +12,9 @@ environment; jupyter_client's kernel spec format). `--setup` lines run in `bash`
 kernel starts, in the order given, and the kernel then replaces that shell (`exec`), so
 whatever they export (`module load ...`) is the kernel's environment, and the engines' (they
 inherit it). A setup line that fails stops the kernel from starting (`set -e`): a kernel with
-the wrong MPI would fail later, at every engine's `MPI_Init`. Prints the kernel's folder.
+the wrong MPI would fail later, at every engine's `MPI_Init`. Prints the kernel's folder, and
+for a kernel other users start (`--prefix`) a warning naming the first folder above this
+install's Python or package that they cannot enter (`hpclab.tools.reachable`).
 """
 
 from __future__ import annotations
@@ -67,6 +69,12 @@ def main(args: list[str] | None = None) -> Path:
     spec.setdefault("metadata", {})["hpclab"] = {"setup": setup}
     spec_file.write_text(json.dumps(spec, indent=1) + "\n")
     print(folder)
+    if opts.prefix:  # a kernel for every user of that Jupyter
+        from hpclab.tools.reachable import sentence
+
+        said = sentence()
+        if said:
+            print(f"WARNING: {said}", file=sys.stderr)
     return folder
 
 

@@ -8,6 +8,8 @@ Stages, each timed:
               and that its ops link the same libmpi that mpi4py loads; on a site stack
               (``make STACK=site setup``) first the site's TensorFlow version and Horovod's
               flags (:mod:`hpclab.tools.site_checks`);
+   install    whether other users can enter every folder above this install's Python and
+              package (a warning naming the first they cannot: :mod:`hpclab.tools.reachable`);
 3. devices    TensorFlow's CPU and GPU devices, and whether this CPU runs bfloat16 (oneDNN needs
               AVX-512; :func:`hpclab.rank.bfloat16.probe`, in a child process);
 4. engines    (skipped with ``--quick``) start 2 ipyparallel MPI engines, ``hvd.init()`` on both,
@@ -40,7 +42,7 @@ from typing import Any
 from hpclab.cluster.host import find_mpiexec
 from hpclab.core.errors import LabError
 from hpclab.rank.bfloat16 import describe, probe
-from hpclab.tools import doctor_profile, linkage, site_checks
+from hpclab.tools import doctor_profile, linkage, reachable, site_checks
 
 #: Engines started by the full check; the expected allreduce result is 1 + 2 + ... + N.
 WORKERS = 2
@@ -287,6 +289,15 @@ def check_site(tf: Any, hvd: Any, mpi4py_libmpi: str | None) -> None:
         _row("checked", f"TensorFlow {facts.tf_version}, Horovod with TensorFlow and MPI, one MPI")
 
 
+def check_reach() -> None:
+    """Whether other users can reach this install (a centre's one install for everyone): a
+    warning row naming the first folder they cannot enter (:mod:`hpclab.tools.reachable`);
+    a personal install is fine behind a private folder, so this never fails the check."""
+    with _stage("Install"):
+        said = reachable.sentence()
+        _row("other users", f"warning: {said}" if said else "can reach its Python and package")
+
+
 def check_devices(tf: Any, bf16: Future | None = None) -> None:
     """Stage 3: the devices TensorFlow sees, and whether this CPU runs bfloat16 (``bf16``: the
     child probe started at the beginning, so its TensorFlow import overlaps the others)."""
@@ -394,6 +405,7 @@ def run(args: argparse.Namespace) -> int:
         if site_checks.is_site_stack(sys.prefix):
             check_site(found["tf"], found["hvd"], found["mpi4py_libmpi"])
         check_horovod(found["hvd"], found["tf"].__version__, found["mpi4py_libmpi"])
+        check_reach()
         check_devices(found["tf"], bf16)
         if not args.quick:
             check_engines(args.timeout)
