@@ -13,6 +13,8 @@ import os
 
 import pytest
 
+pytest_plugins = ("suite_clock",)  # where the time goes, and the budget stop
+
 
 def _mpi_stack_missing() -> str | None:
     """Why real MPI engines with Horovod cannot run here, or None. Imports no TensorFlow."""
