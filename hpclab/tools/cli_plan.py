@@ -6,6 +6,8 @@ assumptions — with its charts in one HTML file (:mod:`hpclab.studies.planner`)
     hpclab plan --measurements plan.json          # no engines: a recorded measurement
     hpclab plan --measurements plan.json --inter-gbit 200 --gpus-per-node 4 \\
         --device-samples-per-s 2500               # the same model on a target cluster
+    hpclab plan --replay data/scaling-traces/pollux-osdi21/imagenet --target 0.75
+                                                  # the planner against a real cluster
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import argparse
 import json
 from pathlib import Path
 
+from hpclab.studies.plan_measure import TARGET
 from hpclab.tools.cli_progress import say
 from hpclab.tools.cli_run import positive_int, positive_ints
 
@@ -61,10 +64,23 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     src.add_argument(
         "--target",
-        type=positive_float,
-        default=0.8,
-        metavar="ACC",
-        help="held-out accuracy to reach (default: 0.8)",
+        type=float,
+        default=None,
+        metavar="VALUE",
+        help=f"held-out accuracy to reach (default: {TARGET}); with --replay, the trace's metric",
+    )
+    src.add_argument(
+        "--replay",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="replay the planner on a real cluster's measurements: a workload folder in the "
+        "Pollux trace format (placements.csv, validation-<B>.csv) or the MLPerf table",
+    )
+    src.add_argument(
+        "--lower-is-better",
+        action="store_true",
+        help="with --replay: the metric is a loss (reached at or below --target)",
     )
     src.add_argument(
         "--runs-dir",
@@ -169,6 +185,12 @@ def run(args: argparse.Namespace) -> int:
     """Measure (or load), fit, plan, print, write the charts."""
     from hpclab.studies import planner
 
+    if args.replay is not None:
+        from hpclab.tools.cli_replay import run_replay
+
+        return run_replay(args)
+    if args.target is None:
+        args.target = TARGET
     if args.measurements is not None:
         measurements = planner.Measurements.load(args.measurements)
     else:
