@@ -8,6 +8,9 @@ assumptions — with its charts in one HTML file (:mod:`hpclab.studies.planner`)
         --device-samples-per-s 2500               # the same model on a target cluster
     hpclab plan --replay data/scaling-traces/pollux-osdi21/imagenet --target 0.75
                                                   # the planner against a real cluster
+
+Every plan prints the replay's own error on the shared real-cluster traces
+(:func:`hpclab.core.replay.shared_replay_errors`, computed when the plan is made).
 """
 
 from __future__ import annotations
@@ -219,6 +222,7 @@ def run(args: argparse.Namespace) -> int:
                     "rows": list(plan.rows),
                     "paragraph": plan.paragraph,
                     "assumptions": [a.__dict__ for a in plan.assumptions],
+                    "replay_error": _replay_error(),
                 }
             )
         )
@@ -233,8 +237,27 @@ def run(args: argparse.Namespace) -> int:
     print("Assumptions:")
     for a in plan.assumptions:
         print(f"  [{a.kind}] {a.what}")
+    error = _replay_error()
+    print()
+    print(error["sentence"] if error else "(the replay's error: the shared traces are not here)")
     say(f"charts written to {args.output}")
     return 0
+
+
+def _replay_error() -> dict | None:
+    """The replay's step-time error on the shared traces, run now (None where the traces are
+    not beside the package: an install without the repository's data/)."""
+    from hpclab.core import replay, traces
+
+    if not (traces.traces_dir() / "pollux-osdi21").is_dir():
+        return None
+    errors = replay.shared_replay_errors()
+    return {
+        "median": errors["median"],
+        "p90": errors["p90"],
+        "workloads": sorted(errors["workloads"]),
+        "sentence": replay.error_sentence(errors),
+    }
 
 
 def _write_html(result, path: Path) -> None:
