@@ -151,3 +151,17 @@ def test_the_plans_error_sentence_comes_from_the_replay():
     assert errors["median"] == pytest.approx(np.median(every))
     sentence = replay.error_sentence(errors)
     assert f"{errors['median']:.0%} (median)" in sentence and "4 real workloads" in sentence
+
+
+def test_a_plan_from_someone_elses_trace(tmp_path, capsys):
+    """--measurements DIR: 1-2 GPU timings and validation runs in the trace format give the plan
+    up to 1,024 GPUs, with the replay's error beside it (issue 45, item 5)."""
+    args = ["plan", "--measurements", str(POLLUX / "imagenet"), "--target", "0.75",
+            "--workers", "1,8,64,1024", "-o", str(tmp_path / "p.html"), "--json"]  # fmt: skip
+    assert cli.main(args) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert max(r["workers"] for r in out["rows"]) == 1024
+    assert any("measured elsewhere: imagenet's trace" in a["what"] for a in out["assumptions"])
+    assert out["replay_error"]["median"] > 0
+    assert cli.main(args[:3] + ["-o", str(tmp_path / "p.html")]) == 2
+    assert "needs --target" in capsys.readouterr().err

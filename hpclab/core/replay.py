@@ -73,8 +73,10 @@ class TraceHardware:
     def model(self, nodes: int, per_node: int) -> HardwareModel:
         """The :class:`HardwareModel` of a placement: the gradient is the unit of bytes."""
         network = Network(
-            intra=Link(0.0, 1.0 / max(self.intra_s, 1e-12), "fitted: 2 GPUs of a node"),
-            inter=Link(0.0, 1.0 / max(self.inter_s, 1e-12), "fitted: 2 nodes"),
+            intra=Link(
+                0.0, 1.0 / max(self.intra_s, 1e-12), _unit("2 GPUs of a node", self.intra_s)
+            ),
+            inter=Link(0.0, 1.0 / max(self.inter_s, 1e-12), _unit("2 nodes", self.inter_s)),
             per_node=int(per_node) if nodes > 1 else 0,
         )
         return HardwareModel(
@@ -92,6 +94,13 @@ class TraceHardware:
     def band(self, predicted: float, gpus: int) -> tuple[float, float]:
         half = 2.0 * self.rel_rms * (1.0 + math.log2(max(gpus, FIT_GPUS) / FIT_GPUS))
         return predicted * max(1.0 - half, 0.0), predicted * (1.0 + half)
+
+
+def _unit(where: str, seconds: float) -> str:
+    return (
+        f"fitted: one gradient in {seconds * 1e3:.3g} ms across {where}; the trace gives no "
+        "sizes, so a byte here is one gradient"
+    )
 
 
 def _fit_link(rows, compute: Affine) -> tuple[float, float, np.ndarray]:
@@ -188,7 +197,7 @@ def steps_band(predicted: float, rel_se: float, rel_rms: float, granularity: flo
     return predicted * math.exp(-half), predicted * math.exp(half)
 
 
-def _granularity(runs, batches) -> float:
+def granularity(runs, batches) -> float:
     """The largest evaluation interval over the steps to target among ``batches``: a measured
     step count is exact only to one interval."""
     out = 0.0
@@ -215,8 +224,7 @@ def hyperbola_warning(batches, steps, granularity: float) -> str | None:
         return (
             f"the samples to target of the fitted batches {[int(x) for x in b]} fall by "
             f"{-worst:.0%} from one batch to the next (more than the evaluation granularity "
-            f"{granularity:.0%} allows), which S(B) = S_min(1 + B_crit/B) forbids: the steps at "
-            "larger batches are bracketed, not predicted."
+            f"{granularity:.0%} allows), which S(B) = S_min(1 + B_crit/B) forbids"
         )
     return None
 
@@ -232,8 +240,10 @@ def replay_statistics(runs, target: float, lower_is_better: bool = False) -> dic
             f"model needs {FIT_BATCHES} (pick a target every run reaches)."
         )
     fitted = reached[:FIT_BATCHES]
-    gran = _granularity(runs, fitted)
+    gran = granularity(runs, fitted)
     warning = hyperbola_warning(*zip(*fitted), gran)
+    if warning:
+        warning += ": the steps at larger batches are bracketed, not predicted."
     fit = None
     if warning is None:
         try:
@@ -387,6 +397,7 @@ __all__ = [
     "replay_steps",
     "step_errors",
     "steps_band",
+    "granularity",
     "hyperbola_warning",
     "replay_statistics",
     "replay_mlperf",

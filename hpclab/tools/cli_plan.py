@@ -8,6 +8,8 @@ assumptions — with its charts in one HTML file (:mod:`hpclab.studies.planner`)
         --device-samples-per-s 2500               # the same model on a target cluster
     hpclab plan --replay data/scaling-traces/pollux-osdi21/imagenet --target 0.75
                                                   # the planner against a real cluster
+    hpclab plan --measurements my-trace/ --target 0.75 --workers 8,64,512,1024
+                                                  # someone else's 1-2 GPU timings
 
 Every plan prints the replay's own error on the shared real-cluster traces
 (:func:`hpclab.core.replay.shared_replay_errors`, computed when the plan is made).
@@ -23,6 +25,7 @@ from hpclab.studies.plan_measure import TARGET
 from hpclab.tools.cli_progress import say
 from hpclab.tools.cli_run import positive_int, positive_ints
 
+DEFAULT_BATCHES = [32, 64, 128, 256, 512, 1024, 2048]
 SHOWN = (
     "workers",
     "global_batch",
@@ -56,7 +59,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
         type=Path,
         default=None,
         metavar="FILE",
-        help="a recorded measurement (JSON from --save): no engines start",
+        help="a recorded measurement (JSON from --save), or a folder of someone else's in the "
+        "trace format (placements.csv timed on 1-2 GPUs, validation-<B>.csv; needs --target): "
+        "no engines start",
     )
     src.add_argument(
         "--save",
@@ -106,7 +111,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     grid.add_argument(
         "--batches",
         type=positive_ints,
-        default=[32, 64, 128, 256, 512, 1024, 2048],
+        default=DEFAULT_BATCHES,
         metavar="B[,B...]",
         help="global batches (default: 32,...,2048)",
     )
@@ -192,6 +197,8 @@ def run(args: argparse.Namespace) -> int:
         from hpclab.tools.cli_replay import run_replay
 
         return run_replay(args)
+    if args.measurements is not None and args.measurements.is_dir():
+        return _plan_from_trace(args)
     if args.target is None:
         args.target = TARGET
     if args.measurements is not None:
@@ -213,20 +220,28 @@ def run(args: argparse.Namespace) -> int:
         network=_network(args, measured_link),
         device_samples_per_s=args.device_samples_per_s,
     )
-    plan = result.allocation
     _write_html(result, args.output)
-    if args.json:
+    _print_plan(result.allocation, args.json)
+    say(f"charts written to {args.output}")
+    return 0
+
+
+def _print_plan(plan, as_json: bool) -> None:
+    """The plan: one JSON line, or the Pareto table, paragraph and assumptions; both with the
+    replay's own error on the shared traces (:func:`_replay_error`)."""
+    error = _replay_error()
+    if as_json:
         print(
             json.dumps(
                 {
                     "rows": list(plan.rows),
                     "paragraph": plan.paragraph,
                     "assumptions": [a.__dict__ for a in plan.assumptions],
-                    "replay_error": _replay_error(),
+                    "replay_error": error,
                 }
             )
         )
-        return 0
+        return
     table = plan.table()
     shown = table[table["pareto"]][list(SHOWN)]
     print("The Pareto set (time vs GPU-hours):")
@@ -237,9 +252,30 @@ def run(args: argparse.Namespace) -> int:
     print("Assumptions:")
     for a in plan.assumptions:
         print(f"  [{a.kind}] {a.what}")
-    error = _replay_error()
     print()
     print(error["sentence"] if error else "(the replay's error: the shared traces are not here)")
+
+
+def _plan_from_trace(args) -> int:
+    """``--measurements DIR``: a folder in the trace format, someone else's cluster."""
+    from hpclab.core.errors import ConfigError
+    from hpclab.studies import planner
+
+    if args.target is None:
+        raise ConfigError(
+            "--measurements DIR (a trace folder) needs --target VALUE: the value of its "
+            "validation-<B>.csv 'metric' to reach (--lower-is-better for a loss)."
+        )
+    result = planner.plan_from_trace(
+        args.measurements,
+        args.target,
+        lower_is_better=args.lower_is_better,
+        workers=args.workers,
+        batches=args.batches if args.batches != DEFAULT_BATCHES else None,
+        per_node=args.gpus_per_node,
+    )
+    _write_html(result, args.output)
+    _print_plan(result.allocation, args.json)
     say(f"charts written to {args.output}")
     return 0
 
@@ -265,9 +301,9 @@ def _write_html(result, path: Path) -> None:
 
     parts = [
         pareto_figure(result.allocation).to_html(full_html=False, include_plotlyjs="inline"),
-        critical_batch_figure(result.statistics, result.measurements.sweep).to_html(
-            full_html=False, include_plotlyjs=False
-        ),
+        critical_batch_figure(
+            result.statistics, result.measurements.sweep if result.measurements else None
+        ).to_html(full_html=False, include_plotlyjs=False),
     ]
     notes = "".join(f"<li>[{a.kind}] {a.what}</li>" for a in result.allocation.assumptions)
     html = (
