@@ -20,12 +20,14 @@ from hpclab.tools import cli
 POLLUX = traces.traces_dir() / "pollux-osdi21"
 MLPERF = traces.traces_dir() / traces.MLPERF_FILE
 #: median / p90 of |predicted − measured| / measured of the step time at >= 16 GPUs, fitted on
-#: <= 2 GPUs, as this model reaches them (asserted to half a point)
+#: <= 2 GPUs, as this model reaches them (asserted to half a point), and the share of those rows
+#: inside their band (BERT's fit on 2 GPUs is tight and its allreduce grows less than a ring's:
+#: its band is too narrow, and this says so)
 STEP_ERRORS = {
-    "cifar10": (0.097, 0.258),
-    "imagenet": (0.090, 0.215),
-    "bert": (0.248, 0.340),
-    "ncf": (0.107, 0.372),
+    "cifar10": (0.097, 0.258, 0.99),
+    "imagenet": (0.090, 0.215, 0.99),
+    "bert": (0.248, 0.340, 0.15),
+    "ncf": (0.107, 0.372, 0.97),
 }
 
 
@@ -37,10 +39,11 @@ def replays():
 @pytest.mark.parametrize("workload", traces.POLLUX_WORKLOADS)
 def test_step_time_at_16_gpus_and_more_from_two(replays, workload):
     far = replays[workload]["summary"]["step_time_at_16_gpus_or_more"]
-    median, p90 = STEP_ERRORS[workload]
+    median, p90, in_band = STEP_ERRORS[workload]
     assert far["rows"] >= 100
     assert far["median"] == pytest.approx(median, abs=0.005)
     assert far["p90"] == pytest.approx(p90, abs=0.005)
+    assert far["in_band"] == pytest.approx(in_band, abs=0.01)
 
 
 def test_the_fit_sees_only_two_gpus_and_predicts_every_other_row(replays):
