@@ -51,6 +51,24 @@ def positive_float(text: str) -> float:
     return value
 
 
+def _replay_options(parser: argparse.ArgumentParser) -> None:
+    """``--replay`` and its flag: the planner checked against a real cluster's measurements."""
+    group = parser.add_argument_group("replay (the planner against real clusters)")
+    group.add_argument(
+        "--replay",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="replay the planner on a real cluster's measurements: a workload folder in the "
+        "Pollux trace format (placements.csv, validation-<B>.csv) or the MLPerf table",
+    )
+    group.add_argument(
+        "--lower-is-better",
+        action="store_true",
+        help="with --replay: the metric is a loss (reached at or below --target)",
+    )
+
+
 def configure(parser: argparse.ArgumentParser) -> None:
     """Options of ``hpclab plan``."""
     src = parser.add_argument_group("measurement")
@@ -58,7 +76,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--measurements",
         type=Path,
         default=None,
-        metavar="FILE",
+        metavar="FILE|DIR",
         help="a recorded measurement (JSON from --save), or a folder of someone else's in the "
         "trace format (placements.csv timed on 1-2 GPUs, validation-<B>.csv; needs --target): "
         "no engines start",
@@ -78,19 +96,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help=f"held-out accuracy to reach (default: {TARGET}); with --replay, the trace's metric",
     )
     src.add_argument(
-        "--replay",
-        type=Path,
-        default=None,
-        metavar="PATH",
-        help="replay the planner on a real cluster's measurements: a workload folder in the "
-        "Pollux trace format (placements.csv, validation-<B>.csv) or the MLPerf table",
-    )
-    src.add_argument(
-        "--lower-is-better",
-        action="store_true",
-        help="with --replay: the metric is a loss (reached at or below --target)",
-    )
-    src.add_argument(
         "--runs-dir",
         type=Path,
         default=None,
@@ -100,6 +105,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     src.add_argument(
         "--data-dir", type=Path, default=None, metavar="DIR", help="generated and staged datasets"
     )
+    _replay_options(parser)
     grid = parser.add_argument_group("choices planned")
     grid.add_argument(
         "--workers",
@@ -201,6 +207,10 @@ def run(args: argparse.Namespace) -> int:
         return _plan_from_trace(args)
     if args.target is None:
         args.target = TARGET
+    if not 0 < args.target <= 1:
+        from hpclab.core.errors import ConfigError
+
+        raise ConfigError(f"--target is a held-out accuracy in (0, 1]; you passed {args.target!r}.")
     if args.measurements is not None:
         measurements = planner.Measurements.load(args.measurements)
     else:
