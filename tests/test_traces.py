@@ -91,3 +91,11 @@ def test_a_malformed_folder_is_named_in_one_sentence(tmp_path):
     (tmp_path / "placements.csv").write_text("placement,local_bsz,step_time,sync_time\nx,2,1,0\n")
     with pytest.raises(ConfigError, match="placement must be"):
         traces.read_steps(tmp_path)
+
+
+def test_the_traces_are_found_in_hpclab_data_when_staged_there(tmp_path, monkeypatch):
+    """An install without the checkout finds them where the centre stages its data."""
+    monkeypatch.setenv("HPCLAB_DATA", str(tmp_path))
+    assert traces.traces_dir() == POLLUX.parent  # nothing staged: the checkout's
+    (tmp_path / "scaling-traces").mkdir()
+    assert traces.traces_dir() == tmp_path / "scaling-traces"

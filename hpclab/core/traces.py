@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import csv
 import math
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,7 +45,11 @@ MLPERF_FILE = "mlperf-v3.0-resnet50-h100.csv"
 
 
 def traces_dir() -> Path:
-    """The project's ``data/scaling-traces/`` (beside the package in a checkout)."""
+    """``$HPCLAB_DATA/scaling-traces`` where it exists (an install without the checkout: copy the
+    folder there), else the checkout's ``data/scaling-traces/`` beside the package."""
+    staged = os.environ.get("HPCLAB_DATA")
+    if staged and (Path(staged) / "scaling-traces").is_dir():
+        return Path(staged) / "scaling-traces"
     return Path(__file__).resolve().parents[2] / "data" / "scaling-traces"
 
 
