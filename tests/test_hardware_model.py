@@ -97,6 +97,21 @@ def test_the_step_is_compute_rest_imbalance_and_the_exposed_allreduce():
     assert load_balance_of([1.0, 0.5]) == pytest.approx(0.75)
 
 
+def test_an_overlap_window_hides_the_allreduce_behind_compute():
+    """exposed = max(allreduce - φ·compute, 0) (Pollux's γ → ∞ limit): a longer backward pass
+    hides more; the lab's grouped allreduce (φ = 0) hides nothing."""
+    net = Network(intra=Link(0.0, 1.0), inter=Link(0.0, 0.5), per_node=4)
+    base = dict(compute=Affine(0.0, 0.01), rest=Affine(0.0, 0.0), network=net, gradient_bytes=1.0)
+    lab = HardwareModel(**base)
+    hiding = HardwareModel(**base, overlap_window=0.4)
+    # 16 ranks on 4 nodes: ring of 4 inside (1.5 s) + ring of 4 across (3 s)
+    assert lab.parts(10, 16)["allreduce"] == pytest.approx(4.5)
+    assert hiding.parts(10, 16)["allreduce"] == pytest.approx(4.5 - 0.4 * 0.1)
+    assert hiding.parts(2000, 16)["allreduce"] == 0.0  # 0.4 x 20 s of compute hides it all
+    # an uneven placement names its nodes: 7 ranks, at most 4 a node, on 3 nodes
+    assert lab.step_s(10, 7, nodes=3) == pytest.approx(0.1 + 1.5 + 2 * 2 / 3 / 0.5)
+
+
 @pytest.mark.parametrize(
     "kwargs, field",
     [

@@ -121,9 +121,15 @@ def test_plan_is_public_and_on_the_command_line(tmp_path, capsys):
     out = capsys.readouterr().out
     assert code == 0 and "Pareto set" in out and "[entered] inter-node link" in out
     assert "plotly" in html.read_text(encoding="utf-8")
+    # the plan shows its own error, from the replay of the real traces run now (issue 45)
+    from hpclab.core import replay
+
+    assert replay.error_sentence(replay.shared_replay_errors()) in out
     assert main(["plan", "--measurements", str(path), "-o", str(html), "--json"]) == 0
     line = json.loads(capsys.readouterr().out)
     assert line["paragraph"].startswith("To reach held-out accuracy 0.8")
+    assert line["replay_error"]["workloads"] == ["bert", "cifar10", "imagenet", "ncf"]
+    assert 0 < line["replay_error"]["median"] < line["replay_error"]["p90"] < 1
 
 
 def test_an_output_that_cannot_be_written_is_one_sentence_not_a_traceback(tmp_path, capsys):

@@ -289,13 +289,18 @@ def assumptions(
         if hardware.slowdown_by_batch
         else f"{hardware.compute_slowdown:.2f}x"
     )
+    window = (
+        f" and up to {hardware.overlap_window:.0%} of compute hiding the rest"
+        if hardware.overlap_window
+        else ""
+    )
     out.append(
         Assumption(
             notes.get("load_balance_source", "entered"),
             f"load balance {hardware.load_balance:.2f}, computation slowdown "
             f"{slowdown} at more than one rank, {hardware.overlap:.0%} "
-            f"of the allreduce hidden behind backprop; gradients {hardware.gradient_bytes:,.0f} "
-            "bytes",
+            f"of the allreduce hidden behind backprop{window}; gradients "
+            f"{hardware.gradient_bytes:,.0f} bytes",
         )
     )
     return out

@@ -2,7 +2,8 @@
 
 The model (every term in seconds per step, ``b`` the local batch, ``p`` the ranks)::
 
-    T(b, p) = [compute(b) · s_c(p) + rest(b)] / LB(p) + allreduce(n, p) · (1 − overlap)
+    T(b, p) = [compute(b) · s_c(p) + rest(b)] / LB(p) + exposed(b, p)
+    exposed(b, p) = max(allreduce(n, p) · (1 − overlap) − φ · compute(b) · s_c(p), 0)
 
 * ``compute(b) = c0 + c1·b`` — forward and backward, affine in the local batch (a fixed cost per
   step plus a cost per sample), fitted from the time split of short 1-rank runs
@@ -34,6 +35,18 @@ The model (every term in seconds per step, ``b`` the local batch, ``p`` the rank
   least squares on relative residuals (:func:`fit_link`), or entered for a target cluster.
 * ``overlap`` — the share of the allreduce hidden behind backprop: 0 for the lab's grouped
   allreduce (one fused op after the backward pass); per-tensor allreduces can overlap.
+* ``overlap_window`` (φ) — where the allreduce runs bucket by bucket *during* backprop (PyTorch
+  DDP, Horovod's per-tensor ops), it hides behind up to φ·compute(b) of the step, and only what
+  is left shows (Qiao et al., "Pollux", OSDI 2021, whose throughput model combines compute and
+  synchronisation as (T_grad^γ + T_sync^γ)^(1/γ); this is its γ → ∞ limit, the bound of perfect
+  overlap)::
+
+      exposed(b, p) = max(allreduce(n, p)·(1 − overlap) − φ·compute(b), 0)
+
+  φ ≈ backprop's share of compute less the last bucket's tail (about 1/3 to 1/2); it is fitted
+  where the allreduce first crosses a link (one GPU on each of two nodes: how the exposed
+  synchronisation falls as the local batch grows, :mod:`hpclab.core.replay`). It is 0 for the
+  lab's grouped allreduce, which runs after the backward pass.
 
 Scaling efficiency (weak scaling, the local batch fixed) is ``T(b, 1) / T(b, p)``. NumPy only.
 """
@@ -194,10 +207,11 @@ class Network:
     def nodes(self, ranks: int) -> int:
         return math.ceil(int(ranks) / self.per_node) if self.per_node else 1
 
-    def allreduce_s(self, n_bytes: float, ranks: int) -> float:
-        """Seconds of one allreduce of ``n_bytes`` over ``ranks`` ranks (module doc)."""
+    def allreduce_s(self, n_bytes: float, ranks: int, nodes: int | None = None) -> float:
+        """Seconds of one allreduce of ``n_bytes`` over ``ranks`` ranks (module doc); ``nodes``
+        where a placement is uneven (``per_node`` then counts the fullest node's ranks)."""
         p = int(ranks)
-        nodes = self.nodes(p)
+        nodes = self.nodes(p) if nodes is None else int(nodes)
         if nodes <= 1:
             return ring_allreduce_s(n_bytes, p, self.intra)
         if self.inter is None:
@@ -226,6 +240,7 @@ class HardwareModel:
     load_balance: float = 1.0
     compute_slowdown: float = 1.0  # s_c(p) for p > 1: compute time at p ranks / at one
     overlap: float = 0.0
+    overlap_window: float = 0.0  # φ: compute time the allreduce can hide behind (module doc)
     notes: dict = field(default_factory=dict, compare=False)
     # s_c measured at several local batches, ((batch, slowdown), ...): how much a rank's compute
     # slows beside the others depends on how long it computes, so where given it replaces the
@@ -237,6 +252,7 @@ class HardwareModel:
         _number("load_balance", self.load_balance, hi=1.0)
         _number("compute_slowdown", self.compute_slowdown, lo=1.0, open_lo=False)
         _number("overlap", self.overlap, open_lo=False, hi=1.0)
+        _number("overlap_window", self.overlap_window, open_lo=False, hi=1.0)
         for b, sc in self.slowdown_by_batch:
             _number("slowdown_by_batch's batch", b)
             _number("slowdown_by_batch's slowdown", sc, lo=1.0, open_lo=False)
@@ -250,9 +266,10 @@ class HardwareModel:
         x = np.log([b for b, _ in pts])
         return float(np.interp(math.log(local_batch), x, [sc for _, sc in pts]))
 
-    def parts(self, local_batch: float, ranks: int) -> dict[str, float]:
+    def parts(self, local_batch: float, ranks: int, nodes: int | None = None) -> dict[str, float]:
         """The step's parts in seconds: compute, rest, imbalance (the wait the slowest rank
-        causes), allreduce (exposed) and their sum, ``step``."""
+        causes), allreduce (exposed) and their sum, ``step``; ``nodes`` where a placement is
+        uneven (:meth:`Network.allreduce_s`)."""
         b = _number("local_batch", local_batch)
         p = int(ranks)
         if p < 1:
@@ -262,7 +279,8 @@ class HardwareModel:
         rest = float(self.rest(b))
         lb = self.load_balance if multi else 1.0
         imbalance = (compute + rest) * (1.0 / lb - 1.0)
-        allreduce = self.network.allreduce_s(self.gradient_bytes, p) * (1.0 - self.overlap)
+        allreduce = self.network.allreduce_s(self.gradient_bytes, p, nodes) * (1.0 - self.overlap)
+        allreduce = max(allreduce - self.overlap_window * compute, 0.0)
         return {
             "compute": compute,
             "rest": rest,
@@ -271,8 +289,8 @@ class HardwareModel:
             "step": compute + rest + imbalance + allreduce,
         }
 
-    def step_s(self, local_batch: float, ranks: int) -> float:
-        return self.parts(local_batch, ranks)["step"]
+    def step_s(self, local_batch: float, ranks: int, nodes: int | None = None) -> float:
+        return self.parts(local_batch, ranks, nodes)["step"]
 
     def samples_per_s(self, local_batch: float, ranks: int) -> float:
         return int(ranks) * float(local_batch) / self.step_s(local_batch, ranks)

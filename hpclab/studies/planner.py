@@ -17,7 +17,7 @@ plan lists which numbers were measured here, which were entered and which extrap
 from __future__ import annotations
 
 import statistics as stats
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from hpclab.core.allocation import Allocation, Assumption, plan_allocation
@@ -272,7 +272,70 @@ def plan(
     return PlanResult(allocation, hardware, statistics, best, measurements)
 
 
+def plan_from_trace(
+    folder: str | Path,
+    target: float,
+    *,
+    lower_is_better: bool = False,
+    workers=PLAN_WORKERS,
+    batches=None,
+    per_node: int | None = None,
+) -> PlanResult:
+    """The plan from someone else's measurements in the trace format (:mod:`hpclab.core.traces`:
+    ``placements.csv`` timed on one and two GPUs of their cluster, in any framework, and
+    ``validation-<B>.csv`` runs): the hardware model fitted exactly as the replay fits it (on
+    the rows with at most 2 GPUs, :func:`hpclab.core.replay.fit_trace_hardware`, so the
+    replay's error is this plan's), S(B) fitted on every batch that reached ``target``.
+
+    ``per_node`` GPUs a node (default: the fullest node of the trace); the overlap window is the
+    network's (the plan's placements cross nodes). ``batches`` default to the trace's batches
+    and 2x, 4x, 8x its largest."""
+    from hpclab.core.replay import FIT_GPUS, fit_trace_hardware, granularity, hyperbola_warning
+    from hpclab.core.traces import read_runs, read_steps
+
+    steps = read_steps(folder)
+    fit = fit_trace_hardware(steps)
+    per_node = per_node or max(r.per_node for r in steps)
+    hardware = fit.model(nodes=2, per_node=per_node)
+    fitted_batches = sorted({r.local_batch for r in steps if r.gpus == 1})
+    fitted = {"local_batches": fitted_batches, "ranks_measured": [1, FIT_GPUS]}
+    hardware = replace(hardware, notes=fitted)
+    runs = read_runs(folder)
+    reached = [(b, runs[b].steps_to(target, lower_is_better)) for b in sorted(runs)]
+    reached = [(b, s) for b, s in reached if s]
+    if len(reached) < 3:
+        raise ConfigError(
+            f"the target {target:g} is reached at {len(reached)} of the trace's batches; the "
+            "plan needs 3 (pick a target more runs reach)."
+        )
+    statistics = fit_critical_batch(*zip(*reached))
+    notes = [
+        Assumption(
+            "entered",
+            f"measured elsewhere: {Path(folder).name}'s trace, hardware fitted on its rows of "
+            f"1-{FIT_GPUS} GPUs ({per_node} GPUs a node; the gradient is the unit of bytes, "
+            f"overlap window {fit.phi_inter:.2f} of compute)",
+        )
+    ]
+    warning = hyperbola_warning(*zip(*reached), granularity(runs, reached))
+    if warning:
+        notes.append(Assumption("extrapolated", warning))
+    if batches is None:
+        biggest = max(b for b, _ in reached)
+        batches = sorted({b for b, _ in reached} | {biggest * k for k in (2, 4, 8)})
+    allocation = plan_allocation(
+        hardware,
+        statistics,
+        workers,
+        batches,
+        target=f"{target:g} of {Path(folder).name}'s metric",
+        notes=notes,
+    )
+    return PlanResult(allocation, hardware, statistics, [], None)
+
+
 __all__ = [
+    "plan_from_trace",
     "Measurements",
     "PlanResult",
     "measure",

@@ -6,6 +6,13 @@ assumptions — with its charts in one HTML file (:mod:`hpclab.studies.planner`)
     hpclab plan --measurements plan.json          # no engines: a recorded measurement
     hpclab plan --measurements plan.json --inter-gbit 200 --gpus-per-node 4 \\
         --device-samples-per-s 2500               # the same model on a target cluster
+    hpclab plan --replay data/scaling-traces/pollux-osdi21/imagenet --target 0.75
+                                                  # the planner against a real cluster
+    hpclab plan --measurements my-trace/ --target 0.75 --workers 8,64,512,1024
+                                                  # someone else's 1-2 GPU timings
+
+Every plan prints the replay's own error on the shared real-cluster traces
+(:func:`hpclab.core.replay.shared_replay_errors`, computed when the plan is made).
 """
 
 from __future__ import annotations
@@ -14,9 +21,11 @@ import argparse
 import json
 from pathlib import Path
 
+from hpclab.studies.plan_measure import TARGET
 from hpclab.tools.cli_progress import say
 from hpclab.tools.cli_run import positive_int, positive_ints
 
+DEFAULT_BATCHES = [32, 64, 128, 256, 512, 1024, 2048]
 SHOWN = (
     "workers",
     "global_batch",
@@ -42,6 +51,24 @@ def positive_float(text: str) -> float:
     return value
 
 
+def _replay_options(parser: argparse.ArgumentParser) -> None:
+    """``--replay`` and its flag: the planner checked against a real cluster's measurements."""
+    group = parser.add_argument_group("replay (the planner against real clusters)")
+    group.add_argument(
+        "--replay",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="replay the planner on a real cluster's measurements: a workload folder in the "
+        "Pollux trace format (placements.csv, validation-<B>.csv) or the MLPerf table",
+    )
+    group.add_argument(
+        "--lower-is-better",
+        action="store_true",
+        help="with --replay: the metric is a loss (reached at or below --target)",
+    )
+
+
 def configure(parser: argparse.ArgumentParser) -> None:
     """Options of ``hpclab plan``."""
     src = parser.add_argument_group("measurement")
@@ -49,8 +76,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--measurements",
         type=Path,
         default=None,
-        metavar="FILE",
-        help="a recorded measurement (JSON from --save): no engines start",
+        metavar="FILE|DIR",
+        help="a recorded measurement (JSON from --save), or a folder of someone else's in the "
+        "trace format (placements.csv timed on 1-2 GPUs, validation-<B>.csv; needs --target): "
+        "no engines start",
     )
     src.add_argument(
         "--save",
@@ -61,10 +90,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     src.add_argument(
         "--target",
-        type=positive_float,
-        default=0.8,
-        metavar="ACC",
-        help="held-out accuracy to reach (default: 0.8)",
+        type=float,
+        default=None,
+        metavar="VALUE",
+        help=f"held-out accuracy to reach (default: {TARGET}); with --replay, the trace's metric",
     )
     src.add_argument(
         "--runs-dir",
@@ -76,6 +105,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     src.add_argument(
         "--data-dir", type=Path, default=None, metavar="DIR", help="generated and staged datasets"
     )
+    _replay_options(parser)
     grid = parser.add_argument_group("choices planned")
     grid.add_argument(
         "--workers",
@@ -87,7 +117,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     grid.add_argument(
         "--batches",
         type=positive_ints,
-        default=[32, 64, 128, 256, 512, 1024, 2048],
+        default=DEFAULT_BATCHES,
         metavar="B[,B...]",
         help="global batches (default: 32,...,2048)",
     )
@@ -169,6 +199,18 @@ def run(args: argparse.Namespace) -> int:
     """Measure (or load), fit, plan, print, write the charts."""
     from hpclab.studies import planner
 
+    if args.replay is not None:
+        from hpclab.tools.cli_replay import run_replay
+
+        return run_replay(args)
+    if args.measurements is not None and args.measurements.is_dir():
+        return _plan_from_trace(args)
+    if args.target is None:
+        args.target = TARGET
+    if not 0 < args.target <= 1:
+        from hpclab.core.errors import ConfigError
+
+        raise ConfigError(f"--target is a held-out accuracy in (0, 1]; you passed {args.target!r}.")
     if args.measurements is not None:
         measurements = planner.Measurements.load(args.measurements)
     else:
@@ -188,19 +230,28 @@ def run(args: argparse.Namespace) -> int:
         network=_network(args, measured_link),
         device_samples_per_s=args.device_samples_per_s,
     )
-    plan = result.allocation
     _write_html(result, args.output)
-    if args.json:
+    _print_plan(result.allocation, args.json)
+    say(f"charts written to {args.output}")
+    return 0
+
+
+def _print_plan(plan, as_json: bool) -> None:
+    """The plan: one JSON line, or the Pareto table, paragraph and assumptions; both with the
+    replay's own error on the shared traces (:func:`_replay_error`)."""
+    error = _replay_error()
+    if as_json:
         print(
             json.dumps(
                 {
                     "rows": list(plan.rows),
                     "paragraph": plan.paragraph,
                     "assumptions": [a.__dict__ for a in plan.assumptions],
+                    "replay_error": error,
                 }
             )
         )
-        return 0
+        return
     table = plan.table()
     shown = table[table["pareto"]][list(SHOWN)]
     print("The Pareto set (time vs GPU-hours):")
@@ -211,8 +262,48 @@ def run(args: argparse.Namespace) -> int:
     print("Assumptions:")
     for a in plan.assumptions:
         print(f"  [{a.kind}] {a.what}")
+    print()
+    print(error["sentence"] if error else "(the replay's error: the shared traces are not here)")
+
+
+def _plan_from_trace(args) -> int:
+    """``--measurements DIR``: a folder in the trace format, someone else's cluster."""
+    from hpclab.core.errors import ConfigError
+    from hpclab.studies import planner
+
+    if args.target is None:
+        raise ConfigError(
+            "--measurements DIR (a trace folder) needs --target VALUE: the value of its "
+            "validation-<B>.csv 'metric' to reach (--lower-is-better for a loss)."
+        )
+    result = planner.plan_from_trace(
+        args.measurements,
+        args.target,
+        lower_is_better=args.lower_is_better,
+        workers=args.workers,
+        batches=args.batches if args.batches != DEFAULT_BATCHES else None,
+        per_node=args.gpus_per_node,
+    )
+    _write_html(result, args.output)
+    _print_plan(result.allocation, args.json)
     say(f"charts written to {args.output}")
     return 0
+
+
+def _replay_error() -> dict | None:
+    """The replay's step-time error on the shared traces, run now (None where the traces are
+    not beside the package: an install without the repository's data/)."""
+    from hpclab.core import replay, traces
+
+    if not (traces.traces_dir() / "pollux-osdi21").is_dir():
+        return None
+    errors = replay.shared_replay_errors()
+    return {
+        "median": errors["median"],
+        "p90": errors["p90"],
+        "workloads": sorted(errors["workloads"]),
+        "sentence": replay.error_sentence(errors),
+    }
 
 
 def _write_html(result, path: Path) -> None:
@@ -220,9 +311,9 @@ def _write_html(result, path: Path) -> None:
 
     parts = [
         pareto_figure(result.allocation).to_html(full_html=False, include_plotlyjs="inline"),
-        critical_batch_figure(result.statistics, result.measurements.sweep).to_html(
-            full_html=False, include_plotlyjs=False
-        ),
+        critical_batch_figure(
+            result.statistics, result.measurements.sweep if result.measurements else None
+        ).to_html(full_html=False, include_plotlyjs=False),
     ]
     notes = "".join(f"<li>[{a.kind}] {a.what}</li>" for a in result.allocation.assumptions)
     html = (
