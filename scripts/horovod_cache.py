@@ -70,6 +70,10 @@ class MPIInfo:
     mpicc: str  # absolute path of the compiler wrapper
     libmpi: str  # real path of the libmpi the wrapper links ("" if it could not be found)
     fingerprint: str  # sha256 of `mpicc -show` and the MPI's version report
+    # What the fingerprint hashes, kept so that a wheel built in another clone's venv can be
+    # matched with that venv's folder put back (:func:`as_built_by`); "" in older records.
+    show: str = ""
+    report: str = ""
 
 
 @dataclass(frozen=True)
@@ -210,6 +214,49 @@ _OPTIONAL = {("gpu_operations",): "", ("cuda",): "", ("nccl",): "", ("cuda_cc",)
 _OPTIONAL[("horovod_patch",)] = ""  # wheels built before patches were keyed
 
 
+def _venv_of(mpicc: str) -> str:
+    return os.path.dirname(os.path.dirname(mpicc))  # <venv>/bin/mpicc
+
+
+def as_built_by(built: Mapping[str, Any], env: BuildEnv) -> dict[str, Any]:
+    """``env`` as the wheel's builder saw it: with PyPI's MPI, which lives inside the venv
+    (``<venv>/bin/mpicc``, ``<venv>/lib/libmpi.so.12``), another clone's venv folder is the only
+    difference between two clones' MPI, so this venv's folder is put back to the builder's in
+    the wrapper's output and the library's path before they are compared. The wheel's
+    ``RUNPATH`` is made venv-relative at install (``scripts/setup.sh``), so the same wheel links
+    this venv's libmpi. A site MPI (``system``) at another path is another MPI: unchanged."""
+    current = env.to_dict()
+    mpi = built.get("mpi") if isinstance(built.get("mpi"), Mapping) else {}
+    if env.mpi.mode != "pypi" or mpi.get("mode") != "pypi" or not mpi.get("mpicc"):
+        return current
+    then, now = _venv_of(str(mpi["mpicc"])), _venv_of(env.mpi.mpicc)
+    if then == now or not env.mpi.show:
+        return current
+    current["mpi"] = {
+        **current["mpi"],
+        "mpicc": env.mpi.mpicc.replace(now, then, 1),
+        "libmpi": env.mpi.libmpi.replace(now, then, 1),
+        "fingerprint": mpi_fingerprint(env.mpi.show.replace(now, then), env.mpi.report),
+    }
+    return current
+
+
+#: <venv>/lib seen from ``<venv>/lib/pythonX.Y/site-packages/horovod/tensorflow/mpi_lib*.so``.
+VENV_LIB_FROM_OPS = "$ORIGIN/../../../.."
+
+
+def relocated_rpath(old: str, meta: Mapping[str, Any]) -> str:
+    """The ops' RUNPATH with the builder's venv lib folder (PyPI's MPI: where its libmpi was)
+    replaced by :data:`VENV_LIB_FROM_OPS`, put first; every other entry (a GPU build's NCCL
+    folder) kept in order."""
+    mpi = meta.get("env", {}).get("mpi", {})
+    builder = {os.path.dirname(str(mpi.get("libmpi", "")))}
+    if mpi.get("mpicc"):
+        builder.add(os.path.join(_venv_of(str(mpi["mpicc"])), "lib"))
+    kept = [p for p in old.split(":") if p and p not in builder and p != VENV_LIB_FROM_OPS]
+    return ":".join([VENV_LIB_FROM_OPS, *kept])
+
+
 def wheel_matches(meta: Mapping[str, Any], env: BuildEnv) -> tuple[bool, str]:
     """Whether a wheel described by `meta` (a ``build.json``) fits `env`, and why (not)."""
     if meta.get("schema") != META_SCHEMA:
@@ -220,7 +267,7 @@ def wheel_matches(meta: Mapping[str, Any], env: BuildEnv) -> tuple[bool, str]:
     built = meta.get("env")
     if not isinstance(built, Mapping):
         return False, "the cache metadata has no 'env' record"
-    current = env.to_dict()
+    current = as_built_by(built, env)
     for path, label in _COMPARED:
         then: Any = built
         now: Any = current
@@ -376,15 +423,21 @@ def read_mpi(mode: str, prefix: str = sys.prefix) -> MPIInfo:
             result = _run([mpiexec, "--version"])
             report = result.stdout + result.stderr
         flavour, version = parse_mpiexec_version(report)
-    fingerprint = hashlib.sha256(f"{show}\n--\n{report}".encode()).hexdigest()
     return MPIInfo(
         mode=mode,
         flavour=flavour,
         version=version or "unknown",
         mpicc=mpicc,
         libmpi=libmpi_from_show(show),
-        fingerprint=fingerprint,
+        fingerprint=mpi_fingerprint(show, report),
+        show=show,
+        report=report,
     )
+
+
+def mpi_fingerprint(show: str, report: str) -> str:
+    """sha256 of the wrapper's ``-show`` output and the MPI's version report."""
+    return hashlib.sha256(f"{show}\n--\n{report}".encode()).hexdigest()
 
 
 def tensorflow_version() -> str:
@@ -551,11 +604,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = sub.add_parser("requirements", help="print a requirements file without some packages")
     p.add_argument("file")
     p.add_argument("--without", nargs="+", default=[])
+    p = sub.add_parser("relocated-rpath", help="print the ops' venv-relative RUNPATH (PyPI MPI)")
+    p.add_argument("dir", help="the cached wheel's folder (its build.json names the builder)")
+    p.add_argument("old", help="the installed ops' RUNPATH (patchelf --print-rpath)")
     args = parser.parse_args(argv)
 
     if args.command == "requirements":
         with open(args.file, encoding="utf-8") as f:
             sys.stdout.writelines(requirements_without(f.readlines(), args.without))
+        return 0
+    if args.command == "relocated-rpath":
+        meta = read_meta(os.path.join(args.dir, META_NAME))
+        if meta is None:
+            print(f"error: {args.dir}/{META_NAME} does not exist", file=sys.stderr)
+            return 2
+        print(relocated_rpath(args.old, meta))
         return 0
     try:
         env = read_env()

