@@ -195,3 +195,39 @@ def test_node_findings_of_a_mig_node_with_an_old_driver():
     ]
     assert all(one_sentence(f.sentence) for f in found)
     assert found[0].to_dict()["figures"] == {"driver_version": "525.85.12", "driver_cuda": "12.0"}
+
+
+# -- the doctor's rows (hpclab/tools/doctor_gpu.py) --------------------------------------------
+
+
+def fake_tools(**files):
+    """A runner answering the doctor's commands from fixture files (missing: no output)."""
+    from hpclab.tools import doctor_gpu
+
+    by_argv = {tuple(argv): files.get(key, "") for key, argv in doctor_gpu.COMMANDS.items()}
+    return lambda argv: fixture(by_argv[tuple(argv)]) if by_argv[tuple(argv)] else ""
+
+
+def test_doctor_stops_a_cuda_stack_on_blackwell_with_the_sentence():
+    from hpclab.tools import doctor_gpu
+
+    run = fake_tools(
+        smi_banner="smi-banner-580.txt",
+        smi_list="smi-L-h100.txt",
+        smi_query="smi-query-b200.csv",
+    )
+    rows, errors = doctor_gpu.gpu_node_rows(tf_cuda=True, run=run)
+    assert [label for label, _ in rows] == ["CUDA driver", "CUDA nvcc", "GPU arch"]
+    assert dict(rows)["CUDA nvcc"].startswith("note: no nvcc here")
+    cc = dict(rows)["GPU arch"].removeprefix("error: ")
+    assert errors == [cc[0].upper() + cc[1:]]  # the doctor's sentence starts with a capital
+    assert errors[0].startswith("GPU 0 (NVIDIA B200) has compute capability 10.0 (Blackwell)")
+    # a CPU stack on the same node: told, not stopped
+    assert doctor_gpu.gpu_node_rows(tf_cuda=False, run=run)[1] == []
+
+
+def test_doctor_says_nothing_without_a_driver():
+    from hpclab.tools import doctor_gpu
+
+    assert doctor_gpu.gpu_node_rows(tf_cuda=True, run=lambda argv: "") == ([], [])
+    assert doctor_gpu.run_tool(["/nonexistent/nvidia-smi"]) == ""
