@@ -168,8 +168,15 @@ lab = Lab(workers=plan["workers"], gpus=plan["gpus"], runs_dir=runs_dir, verbose
 print(json.dumps({"case": "lab", "ok": True, "ranks": lab.ranks}), flush=True)
 cases = [dict(precision=p, xla=x) for p in PRECISIONS for x in (False, True)]
 cases.append(dict(precision="float32", xla=False, time_sync="host"))
+bf16 = None
+if plan["gpus"] == 0:  # a CPU without bfloat16 (no AVX-512 and no Eigen path) skips it, saying why
+    from hpclab.rank.bfloat16 import describe, probe
+    bf16 = probe()
 try:
     for case in cases:
+        if case["precision"] == "mixed_bfloat16" and bf16 is not None and bf16["ok"] is False:
+            print(json.dumps({"case": case, "skipped": describe(bf16)}), flush=True)
+            continue
         start = time.perf_counter()
         try:
             s = lab.run(QUICK.replace(max_steps=200, **case)).wait(timeout=240)

@@ -234,3 +234,15 @@ def test_cpu_mode_runs_every_step_and_writes_one_json(tmp_path):
     assert "NCCL_DEBUG=INFO" in allreduce["tail"][0]
     assert allreduce["records"] == [{"rank": 0, "size": 2, "ok": True}]
     assert {f["check"] for f in data["findings"]} >= {"cuda_driver", "cuda_toolkit"}
+
+
+def test_the_scripts_embedded_python_compiles():
+    """allreduce.py and runs.py live in gpu-check.sh as here-documents: a syntax error there
+    would show only on a GPU node."""
+    import re
+
+    text = (ROOT / "scripts/gpu-check.sh").read_text()
+    bodies = re.findall(r"<<'PY'\n(.*?)\nPY\n", text, re.S)
+    assert len(bodies) == 2
+    for body in bodies:
+        compile(body, "gpu-check.sh here-document", "exec")
