@@ -117,7 +117,7 @@ def test_a_mig_slice_is_named_with_why_nccl_cannot_use_it():
         "GPU 0 (NVIDIA A100-SXM4-40GB) is split into 2 MIG instance(s) (3g.20gb, 3g.20gb), "
         "and CUDA_VISIBLE_DEVICES names MIG-c6d4f1ef-42e4-5de3-91c7-45d71c87eb3f"
     )
-    assert "NCCL cannot run a collective across MIG instances" in f.sentence
+    assert "NCCL 2.16.5 (TensorFlow 2.15's) cannot run a collective across MIG" in f.sentence
     assert "ask for whole GPUs" in f.sentence and "Lab(workers=1)" in f.sentence
 
 

@@ -21,8 +21,9 @@ Facts it relies on (sources):
   PTX fails in practice (tensorflow/tensorflow#97387: ``CUDA_ERROR_INVALID_HANDLE`` on 12.0).
 - MIG (NVIDIA Multi-Instance GPU User Guide, "Application Considerations" and "Device
   Enumeration"): a CUDA process sees one MIG instance, named by a ``MIG-`` UUID; there is no
-  GPU-to-GPU peer-to-peer (PCIe or NVLink) or CUDA IPC between instances, so NCCL cannot run a
-  collective across MIG instances of one GPU.
+  GPU-to-GPU peer-to-peer (PCIe or NVLink) or CUDA IPC between instances, so the NCCL
+  TensorFlow 2.15 brings (2.16.5) cannot run a collective across MIG instances of one GPU (NCCL's
+  newest user guides have a section "Using MIG instances"; a site NCCL that new is unchecked).
 - CUDA compatibility (CUDA Toolkit release notes, tables 2 and 3; "CUDA Compatibility" guide):
   ``nvidia-smi``'s "CUDA Version" is the newest CUDA the driver supports. A CUDA 12.x runtime
   runs on any CUDA 12 driver (R525, >= 525.60.13: minor version compatibility) except where it
@@ -228,8 +229,9 @@ def mig_finding(
     return Finding(
         "mig",
         "error",
-        f"{where}: a process sees one MIG instance and NCCL cannot run a collective across MIG "
-        "instances (no peer-to-peer or CUDA IPC between them, NVIDIA's MIG user guide), so "
+        f"{where}: a process sees one MIG instance and NCCL 2.16.5 (TensorFlow 2.15's) cannot run a "
+        "collective across MIG instances (no peer-to-peer or CUDA IPC between them, NVIDIA's MIG "
+        "user guide), so "
         f"{ranks} ranks cannot allreduce through NCCL here; ask for whole GPUs (a partition "
         "without MIG), or train with one rank (Lab(workers=1)).",
         figures,
