@@ -13,9 +13,12 @@ Facts it relies on (sources):
 - The PyPI ``nvidia-cuda-nvcc-cu12`` wheels (12.2.140 to 12.9.86, checked) ship only ``ptxas``,
   not the ``nvcc`` driver, so the CUDA compiler must come from a toolkit (``module load cuda``,
   ``/usr/local/cuda-12.x``, or ``$HPCLAB_CUDA_HOME``).
-- The PyPI ``nvidia-nccl-cu12`` wheel ships ``include/nccl.h`` and ``lib/libnccl.so.2`` but no
-  unversioned ``libnccl.so``, which Horovod's ``cmake/Modules/FindNCCL.cmake`` looks for
-  (``find_library(NAMES nccl)``); a private folder with ``libnccl.so -> libnccl.so.2`` fixes it.
+- NCCL: a site's (``$HPCLAB_NCCL_HOME``, ``$NCCL_HOME``, ...) or the PyPI ``nvidia-nccl-cu12``
+  wheel's, found by ``scripts/site_nccl.py`` (which also names a NCCL network plugin on the
+  library path).
+- CUDA 12.8's nvcc is the first to know Blackwell (``sm_100``, ``sm_101``, ``sm_120``), 12.9's
+  adds ``sm_103`` and ``sm_121`` (CUDA 12.8/12.9 release notes); TensorFlow 2.15.1 itself has no
+  Blackwell code (``hpclab/core/gpu_node.py``).
 - Horovod compiles its CUDA kernels for ``HOROVOD_BUILD_CUDA_CC_LIST`` (comma-separated, e.g.
   ``70,80,90``; ``cmake/build_utils.py:get_nvcc_flags``), else for every architecture nvcc knows.
 
@@ -37,12 +40,16 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from site_nccl import NcclError, find_nccl, parse_nccl_header, plugin_sentence  # noqa: F401
+
 #: TensorFlow minor version -> (CUDA major, lowest CUDA minor, what TF was built with).
 TF_CUDA = {"2.15": (12, 2, "CUDA 12.2 with cuDNN 8.9")}
 #: Compute capabilities compiled by default: Volta (V100) to Hopper (H100/GH200).
 DEFAULT_CC = (70, 75, 80, 86, 89, 90)
 #: Architectures CUDA 12.2's nvcc accepts (``nvcc --list-gpu-arch``, without the ``a`` variants).
 KNOWN_CC = (50, 52, 53, 60, 61, 62, 70, 72, 75, 80, 86, 87, 89, 90)
+#: Architectures later CUDA 12 compilers add: (CUDA minor, its new compute capabilities).
+LATER_CC = ((8, (100, 101, 120)), (9, (103, 121)))
 
 
 class GpuBuildError(RuntimeError):
@@ -102,33 +109,35 @@ def choose_cuda(tensorflow: str, candidates: Sequence[CudaCandidate]) -> CudaCan
     )
 
 
-def parse_cc_list(text: str) -> tuple[int, ...]:
-    """``(70, 80, 90)`` from ``"70,80,90"`` (also ``8.0`` or ``sm_80`` forms); sorted, unique."""
-    ccs = set()
+def known_cc(cuda: str = "12.2") -> tuple[int, ...]:
+    """The compute capabilities CUDA `cuda`'s nvcc compiles for (12.2's, plus 12.8's Blackwell)."""
+    minor = int(cuda.split(".")[1]) if cuda.startswith("12.") else 2
+    return KNOWN_CC + tuple(cc for since, ccs in LATER_CC if minor >= since for cc in ccs)
+
+
+def parse_cc_list(text: str, cuda: str = "12.2") -> tuple[int, ...]:
+    """``(70, 80, 90)`` from ``"70,80,90"`` (also ``8.0`` or ``sm_80`` forms); sorted, unique;
+    each must be one CUDA `cuda`'s nvcc knows."""
+    ccs, allowed = set(), known_cc(cuda)
     for raw in re.split(r"[,\s;]+", text.strip()):
         if not raw:
             continue
         token = raw.lower().removeprefix("sm_").removeprefix("compute_").replace(".", "")
-        if not token.isdigit() or int(token) not in KNOWN_CC:
+        if token.isdigit() and int(token) >= 100 and int(token) not in allowed:
+            raise GpuBuildError(
+                f"HOROVOD_BUILD_CUDA_CC_LIST has {raw!r}, a Blackwell GPU, which CUDA {cuda}'s nvcc "
+                "does not know (CUDA 12.8 is the first that does) and TensorFlow 2.15.1 was not "
+                "built for; leave it out (docs/cluster.md, GPU nodes)."
+            )
+        if not token.isdigit() or int(token) not in allowed:
             raise GpuBuildError(
                 f"HOROVOD_BUILD_CUDA_CC_LIST has {raw!r}; allowed are compute capabilities such as "
-                f"{','.join(map(str, KNOWN_CC))} (comma-separated)."
+                f"{','.join(map(str, allowed))} (comma-separated)."
             )
         ccs.add(int(token))
     if not ccs:
         raise GpuBuildError("HOROVOD_BUILD_CUDA_CC_LIST is empty; give e.g. 80 or 70,80,90.")
     return tuple(sorted(ccs))
-
-
-def parse_nccl_header(text: str) -> str:
-    """``2.16.5`` from the NCCL_MAJOR/NCCL_MINOR/NCCL_PATCH defines of ``nccl.h``."""
-    parts = []
-    for name in ("NCCL_MAJOR", "NCCL_MINOR", "NCCL_PATCH"):
-        match = re.search(rf"^\s*#define\s+{name}\s+(\d+)", text, re.M)
-        if not match:
-            raise GpuBuildError(f"nccl.h defines no {name}; is it NVIDIA's NCCL header?")
-        parts.append(match.group(1))
-    return ".".join(parts)
 
 
 def gpu_key_part(cuda: str, nccl: str, ccs: Sequence[int]) -> str:
@@ -206,46 +215,29 @@ def cuda_home_of(nvcc: str) -> str:
     return os.path.dirname(os.path.dirname(real))
 
 
-def nccl_link_dir(site_packages: str, dest: str) -> tuple[str, str, str]:
-    """(include dir, private lib dir, version) of the pip NCCL, with ``libnccl.so`` made in `dest`."""
-    root = os.path.join(site_packages, "nvidia", "nccl")
-    header = os.path.join(root, "include", "nccl.h")
-    lib = os.path.join(root, "lib", "libnccl.so.2")
-    if not (os.path.isfile(header) and os.path.isfile(lib)):
-        raise GpuBuildError(
-            f"{root} has no include/nccl.h and lib/libnccl.so.2; install tensorflow[and-cuda]==2.15.1 "
-            "(it brings nvidia-nccl-cu12) first."
-        )
-    with open(header, encoding="utf-8", errors="replace") as f:
-        version = parse_nccl_header(f.read())
-    libdir = os.path.join(dest, "nccl-lib")
-    os.makedirs(libdir, exist_ok=True)
-    for name in ("libnccl.so", "libnccl.so.2"):
-        link = os.path.join(libdir, name)
-        if os.path.lexists(link):
-            os.remove(link)
-        os.symlink(lib, link)
-    return os.path.dirname(header), libdir, version
-
-
 def plan(
     site_packages: str, dest: str, tensorflow: str, environ: Mapping[str, str]
 ) -> dict[str, str]:
     """The environment of a GPU Horovod build (see the module docstring)."""
     cuda = find_cuda(tensorflow, environ)
-    ccs = parse_cc_list(environ.get("HOROVOD_BUILD_CUDA_CC_LIST") or ",".join(map(str, DEFAULT_CC)))
-    include, libdir, nccl = nccl_link_dir(site_packages, dest)
+    cc_text = environ.get("HOROVOD_BUILD_CUDA_CC_LIST") or ",".join(map(str, DEFAULT_CC))
+    ccs = parse_cc_list(cc_text, cuda.version or "12.2")
+    nccl = find_nccl(environ, site_packages, dest)
     home = cuda_home_of(cuda.nvcc)
     return {
         "HOROVOD_CUDA_HOME": home,
         "CUDACXX": os.path.join(home, "bin", "nvcc"),
-        "HOROVOD_NCCL_INCLUDE": include,
-        "HOROVOD_NCCL_LIB": libdir,
+        "HOROVOD_NCCL_INCLUDE": nccl.include,
+        "HOROVOD_NCCL_LIB": nccl.lib_dir,
         "HOROVOD_NCCL_LINK": "SHARED",
         "HOROVOD_BUILD_CUDA_CC_LIST": ",".join(map(str, ccs)),
         "HPCLAB_CUDA_VERSION": cuda.version,
-        "HPCLAB_NCCL_VERSION": nccl,
+        "HPCLAB_NCCL_VERSION": nccl.version,
         "HPCLAB_CUDA_SOURCE": f"{cuda.source}: {cuda.nvcc}",
+        "HPCLAB_NCCL_SOURCE": f"{nccl.source}: {nccl.home}",
+        # a site's NCCL: its library in the cache key, and its folder in the ops' RUNPATH
+        "HPCLAB_NCCL_SITE_LIB": nccl.lib if nccl.site else "",
+        "HPCLAB_NCCL_RPATH": os.path.dirname(nccl.lib) if nccl.site else "",
     }
 
 
@@ -264,11 +256,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "key-part":
-            print(gpu_key_part(args.cuda, args.nccl, parse_cc_list(args.cc)))
+            print(gpu_key_part(args.cuda, args.nccl, parse_cc_list(args.cc, args.cuda)))
             return 0
         for name, value in plan(args.site_packages, args.dest, args.tensorflow, os.environ).items():
             print(f"export {name}={shlex.quote(value)}")
-    except GpuBuildError as err:
+        plugin = plugin_sentence(os.environ)
+        if plugin:  # said during the build; scripts/gpu-check.sh records it in its JSON
+            print(f"gpu-build: {plugin}", file=sys.stderr)
+    except (GpuBuildError, NcclError) as err:
         print(f"gpu-build refused: {err}", file=sys.stderr)
         return 2
     return 0

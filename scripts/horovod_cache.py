@@ -94,6 +94,7 @@ class BuildEnv:
     cuda: str = ""
     nccl: str = ""
     cuda_cc: str = ""
+    nccl_lib: str = ""  # a site's NCCL (scripts/site_nccl.py): its library's real path; "" = pip's
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able dict."""
@@ -184,7 +185,12 @@ def wheel_cache_key(env: BuildEnv) -> str:
         mpi_part = f"system-{mpi_part}-{mpi.fingerprint[:10]}"
     gpu_part = f"-{env.gpu_operations.lower()}" if env.gpu_operations else ""
     if env.gpu_operations and env.cuda:  # a wheel is only right for its CUDA, NCCL and GPU archs
-        gpu_part = f"-nccl{_safe(env.nccl)}-cuda{_safe(env.cuda)}-sm{env.cuda_cc.replace(',', '.')}"
+        site = (
+            f"-site{hashlib.sha256(env.nccl_lib.encode()).hexdigest()[:8]}" if env.nccl_lib else ""
+        )
+        gpu_part = (
+            f"-nccl{_safe(env.nccl)}{site}-cuda{_safe(env.cuda)}-sm{env.cuda_cc.replace(',', '.')}"
+        )
     patch_part = f"-patch{env.horovod_patch[:10]}" if env.horovod_patch else ""
     return (
         f"horovod{_safe(env.horovod)}-tf{_safe(env.tensorflow)}-{mpi_part}{gpu_part}{patch_part}"
@@ -208,9 +214,11 @@ _COMPARED = (
     (("cuda",), "CUDA version"),
     (("nccl",), "NCCL version"),
     (("cuda_cc",), "CUDA compute capabilities (HOROVOD_BUILD_CUDA_CC_LIST)"),
+    (("nccl_lib",), "site NCCL library (HPCLAB_NCCL_HOME/NCCL_HOME)"),
 )
 # Absent from older build.json files: their default.
 _OPTIONAL = {("gpu_operations",): "", ("cuda",): "", ("nccl",): "", ("cuda_cc",): ""}
+_OPTIONAL[("nccl_lib",)] = ""  # wheels built before a site's NCCL was keyed used pip's
 _OPTIONAL[("horovod_patch",)] = ""  # wheels built before patches were keyed
 
 
@@ -489,14 +497,18 @@ def gpu_operations(environ: Mapping[str, str] = os.environ) -> str:
 
 
 def gpu_toolkit(environ: Mapping[str, str] = os.environ) -> dict[str, str]:
-    """CUDA, NCCL and compute capabilities of a GPU build, as scripts/gpu_toolkit.py found them."""
+    """CUDA, NCCL (a site's: its library) and compute capabilities of a GPU build, as
+    scripts/gpu_toolkit.py found them."""
     if not gpu_operations(environ) or not environ.get("HPCLAB_CUDA_VERSION"):
         return {}
-    return {
+    found = {
         "cuda": environ["HPCLAB_CUDA_VERSION"],
         "nccl": environ.get("HPCLAB_NCCL_VERSION", ""),
         "cuda_cc": environ.get("HOROVOD_BUILD_CUDA_CC_LIST", ""),
     }
+    if environ.get("HPCLAB_NCCL_SITE_LIB"):  # a site's NCCL, which scripts/site_nccl.py found
+        found["nccl_lib"] = environ["HPCLAB_NCCL_SITE_LIB"]
+    return found
 
 
 # ----------------------------------------------------------------------------------------------

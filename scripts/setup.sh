@@ -33,8 +33,10 @@
 #                       `tensorflow[and-cuda]==2.15.1` (CUDA 12.2 / cuDNN 8.9 from PyPI) and compiles
 #                       Horovod with HOROVOD_GPU_OPERATIONS=NCCL (Horovod's GPU install docs); the
 #                       wheel cache key names NCCL, CUDA and the compute capabilities
-#                       (-nccl2.16.5-cuda12.2-sm70.75...). It needs a CUDA 12.x toolkit (found by
-#                       scripts/gpu_toolkit.py; HPCLAB_CUDA_HOME, HOROVOD_BUILD_CUDA_CC_LIST). `make
+#                       (-nccl2.16.5-cuda12.2-sm70.75...; a site's NCCL adds -site<hash of its
+#                       library>). It needs a CUDA 12.x toolkit (found by scripts/gpu_toolkit.py;
+#                       HPCLAB_CUDA_HOME, HOROVOD_BUILD_CUDA_CC_LIST) and takes a site's NCCL from
+#                       HPCLAB_NCCL_HOME / NCCL_HOME (scripts/site_nccl.py), else pip's. `make
 #                       gpu-build` runs it into .venv-gpu (docs/cluster.md says what was checked).
 #   HPCLAB_VENV         the virtual environment to set up (default .venv; `make VENV=... setup`).
 #   HPCLAB_WHEEL_CACHE  per-user folder of compiled Horovod wheels, one sub-folder per cache key
@@ -295,9 +297,11 @@ if [[ -n "$GPU_OPS" ]]; then
     || die "the GPU build cannot go on (the sentence above says why)."
   eval "$GPU_PLAN"
   # nvcc is looked up on PATH first by Horovod's build_utils.py; libnccl.so.2 is found at run
-  # time through the wheel's folder (horovod/tensorflow/*.so -> site-packages/nvidia/nccl/lib).
-  export PATH="$HOROVOD_CUDA_HOME/bin:$PATH" LDFLAGS="-Wl,-rpath,\$ORIGIN/../../nvidia/nccl/lib ${LDFLAGS:-}"
-  echo "    GPU build: CUDA $HPCLAB_CUDA_VERSION ($HPCLAB_CUDA_SOURCE), NCCL $HPCLAB_NCCL_VERSION, compute capabilities $HOROVOD_BUILD_CUDA_CC_LIST"
+  # time through the RUNPATH: the wheel's folder (horovod/tensorflow/*.so ->
+  # site-packages/nvidia/nccl/lib), or a site's NCCL folder (HPCLAB_NCCL_RPATH, scripts/site_nccl.py).
+  NCCL_RPATH="${HPCLAB_NCCL_RPATH:-\$ORIGIN/../../nvidia/nccl/lib}"
+  export PATH="$HOROVOD_CUDA_HOME/bin:$PATH" LDFLAGS="-Wl,-rpath,$NCCL_RPATH ${LDFLAGS:-}"
+  echo "    GPU build: CUDA $HPCLAB_CUDA_VERSION ($HPCLAB_CUDA_SOURCE), NCCL $HPCLAB_NCCL_VERSION ($HPCLAB_NCCL_SOURCE), compute capabilities $HOROVOD_BUILD_CUDA_CC_LIST"
 fi
 build() { "$PY" scripts/horovod_cache.py "$@"; }
 

@@ -200,12 +200,16 @@ def _hub_entry(snippet: str, before: list | None = None):
     return c, c.ProfilesSpawner.profiles.get_value(list(before or []))
 
 
-def _run_with_memory(runs: Path, run_id: str, peaks: list[float]) -> None:
-    """A run folder whose config.json has `lab.ranks` with these measured peaks (MiB)."""
+def _run_with_memory(runs: Path, run_id: str, peaks: list[float], gpu: bool = False) -> None:
+    """A run folder whose config.json has `lab.ranks` with these measured peaks (MiB), of
+    ranks that had a GPU or not."""
     import json
 
     (runs / run_id).mkdir(parents=True)
-    ranks = [{"rank": i, "peak_rss_mib": p, "rss_mib": p} for i, p in enumerate(peaks)]
+    ident = {"index": "0", "uuid": "GPU-1", "name": "NVIDIA A100"} if gpu else {}
+    ranks = [
+        {"rank": i, "peak_rss_mib": p, "rss_mib": p, "gpu": ident} for i, p in enumerate(peaks)
+    ]
     (runs / run_id / "config.json").write_text(json.dumps({"lab": {"ranks": ranks}}))
 
 
@@ -213,8 +217,8 @@ def test_hub_snippet_adds_a_profile_entry_with_the_shape_and_measured_memory(fol
     from hpclab.tools import hub_snippet as hs
 
     runs = folder.parent / "runs"
-    _run_with_memory(runs, "20261126-1", [480.0, 470.5])
-    _run_with_memory(runs, "20261126-2", [501.5, 497.0])  # the newest: its figure is used
+    _run_with_memory(runs, "20261126-1", [480.0, 470.5], gpu=True)
+    _run_with_memory(runs, "20261126-2", [501.5, 497.0], gpu=True)  # the newest: its figure
     code, out, _ = hpclab(capsys, "profiles", "gpu", "--workers", "4", "--hub-snippet")
     assert code == 0
     hub_own = ("Local", "local", "jupyterhub.spawner.LocalProcessSpawner", {})
@@ -247,6 +251,35 @@ def test_hub_snippet_memory_grows_with_the_engines_and_has_a_default():
     assert hs.job_memory_mib(2, 500) % 256 == 0
     mib, source = hs.engine_memory(None)
     assert mib == hs.DEFAULT_ENGINE_MIB and "no run" in source
+
+
+def test_a_gpu_profile_is_not_sized_from_cpu_runs(folder, capsys):
+    """GPU engines hold TensorFlow's CUDA libraries: a CPU run's figure does not size them."""
+    from hpclab.tools import hub_snippet as hs
+
+    runs = folder.parent / "runs"
+    _run_with_memory(runs, "20261126-3", [480.0, 470.5])  # a CPU run
+    mib, source = hs.engine_memory(runs, gpu=True)
+    assert mib == hs.DEFAULT_GPU_ENGINE_MIB and source.startswith("no GPU run in")
+    assert "not yet measured on a GPU" in source
+    assert hs.engine_memory(runs)[0] == 480.0  # a CPU profile takes it
+    code, out, _ = hpclab(capsys, "profiles", "gpu", "--workers", "2", "--hub-snippet")
+    assert code == 0
+    s = _hub_entry(out)[1][0][3]
+    assert s["req_memory"] == f"{hs.job_memory_mib(2, hs.DEFAULT_GPU_ENGINE_MIB)}M"
+    assert "TF_GPU_HOST_MEM_LIMIT_IN_MB in the profile's environment.vars to bound it" in out
+
+
+def test_a_gpu_profiles_pinned_host_bound_is_counted_per_engine():
+    from hpclab.tools import hub_snippet as hs
+
+    gpu = profile(GPU + '[environment.vars]\nTF_GPU_HOST_MEM_LIMIT_IN_MB = "2048"\n')
+    assert hs.pinned_host_mib(gpu) == 2048
+    text = cli_profiles.hub_snippet(gpu, 2, None, "gpu", 3000, "a GPU run")
+    assert _hub_entry(text)[1][0][3]["req_memory"] == f"{hs.job_memory_mib(2, 3000, 2048)}M"
+    assert hs.job_memory_mib(2, 3000, 2048) - hs.job_memory_mib(2, 3000) >= 2 * 2048 - 256
+    assert "+ 2048 MiB pinned" in text and "2048 MiB per engine, from the profile's" in text
+    assert hs.pinned_host_mib(profile(ALLOC, "alloc")) == 0
 
 
 def test_hub_snippet_leaves_out_what_the_profile_does_not_set():

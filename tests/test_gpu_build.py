@@ -87,27 +87,6 @@ def test_unknown_compute_capabilities_are_refused_by_name(text):
         gt.parse_cc_list(text)
 
 
-def test_nccl_version_from_its_header():
-    assert gt.parse_nccl_header(NCCL_H) == "2.16.5"
-    with pytest.raises(gt.GpuBuildError, match="NCCL_MINOR"):
-        gt.parse_nccl_header("#define NCCL_MAJOR 2\n")
-
-
-def test_pip_nccl_gets_a_private_unversioned_link(tmp_path):
-    site = tmp_path / "site"
-    (site / "nvidia/nccl/include").mkdir(parents=True)
-    (site / "nvidia/nccl/lib").mkdir(parents=True)
-    (site / "nvidia/nccl/include/nccl.h").write_text(NCCL_H)
-    (site / "nvidia/nccl/lib/libnccl.so.2").write_bytes(b"\x7fELF")
-    include, libdir, version = gt.nccl_link_dir(str(site), str(tmp_path / "gpu"))
-    assert version == "2.16.5" and include.endswith("nvidia/nccl/include")
-    link = Path(libdir) / "libnccl.so"
-    assert link.resolve() == (site / "nvidia/nccl/lib/libnccl.so.2").resolve()
-    gt.nccl_link_dir(str(site), str(tmp_path / "gpu"))  # again: the links are replaced
-    with pytest.raises(gt.GpuBuildError, match="nvidia-nccl-cu12"):
-        gt.nccl_link_dir(str(tmp_path / "empty"), str(tmp_path / "gpu"))
-
-
 def test_cuda_home_of_a_wrapper_script(tmp_path):
     wrapper = tmp_path / "nvcc"
     wrapper.write_text('#!/bin/sh\nexec /usr/local/cuda-13.0/bin/nvcc "$@"\n')

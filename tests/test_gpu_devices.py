@@ -117,3 +117,74 @@ def test_a_lab_that_expects_gpus_refuses_to_start_on_cpu_only_tensorflow(tmp_pat
         Lab(workers=1, gpus=1, runs_dir=tmp_path / "runs", verbose=False)
     text = str(err.value)
     assert "rank 0 on" in text and "sees 0" in text and "TensorFlow built with CUDA: False" in text
+
+
+# -- GPU memory: growth, or the HPCLAB_GPU_MEMORY_MIB cap ------------------------------------------
+
+
+def test_gpu_memory_limit_from_the_engines_environment():
+    assert dv.gpu_memory_limit({}) is None
+    assert dv.gpu_memory_limit({"HPCLAB_GPU_MEMORY_MIB": " 20000 "}) == 20000
+    for bad in ("20GB", "-5", "100"):
+        with pytest.raises(ConfigError, match=r"HPCLAB_GPU_MEMORY_MIB=.* must be a whole number"):
+            dv.gpu_memory_limit({"HPCLAB_GPU_MEMORY_MIB": bad})
+
+
+class _FakeConfig:
+    """The part of tf.config pin_gpu uses, recording the calls."""
+
+    def __init__(self, n):
+        self.calls = []
+        self.devices = [f"/physical_device:GPU:{i}" for i in range(n)]
+        self.experimental = self
+        self.LogicalDeviceConfiguration = lambda memory_limit: ("logical", memory_limit)
+
+    def list_physical_devices(self, kind):
+        return self.devices
+
+    def set_memory_growth(self, dev, on):
+        self.calls.append(("growth", dev, on))
+
+    def set_logical_device_configuration(self, dev, configs):
+        self.calls.append(("limit", dev, configs))
+
+    def set_visible_devices(self, dev, kind):
+        self.calls.append(("visible", dev))
+
+    def get_device_details(self, dev):
+        return {"device_name": "NVIDIA H100 80GB HBM3"}
+
+
+class _FakeTf:
+    def __init__(self, n):
+        self.config = _FakeConfig(n)
+        self.test = type("T", (), {"is_built_with_cuda": staticmethod(lambda: True)})
+
+
+class _FakeHvd:
+    local_rank = staticmethod(lambda: 0)
+    local_size = staticmethod(lambda: 1)
+    nccl_built = staticmethod(lambda: 21605)
+
+
+@pytest.mark.parametrize(
+    ("env", "memory", "call"),
+    [({}, "growth", "growth"), ({"HPCLAB_GPU_MEMORY_MIB": "20000"}, "limit 20000 MiB", "limit")],
+)
+def test_pin_gpu_turns_growth_on_or_caps_the_memory(monkeypatch, env, memory, call):
+    from hpclab.rank import gpu
+
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.delenv("HPCLAB_GPU_MEMORY_MIB", raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setattr(gpu, "_smi_rows", lambda: [])
+    tf = _FakeTf(1)
+    got = gpu.pin_gpu(tf, _FakeHvd)
+    assert got["gpu_memory"] == memory and got["gpu"]["name"] == "NVIDIA H100 80GB HBM3"
+    kinds = [c[0] for c in tf.config.calls]
+    assert kinds == [call, "visible"]  # before any op; never growth and a cap together
+    if call == "limit":
+        assert tf.config.calls[0][2] == [("logical", 20000)]
+    cpu = gpu.pin_gpu(_FakeTf(0), _FakeHvd)
+    assert cpu["gpu"] == {} and cpu["gpu_memory"] == ""

@@ -114,6 +114,30 @@ def parse_smi(text: str) -> list[dict]:
     return rows
 
 
+#: The engines' variable that caps the GPU memory TensorFlow may take on each rank (MiB).
+GPU_MEMORY_VAR = "HPCLAB_GPU_MEMORY_MIB"
+
+
+def gpu_memory_limit(environ: Mapping[str, str]) -> int | None:
+    """The rank's GPU memory cap in MiB from ``HPCLAB_GPU_MEMORY_MIB`` (None: unset, memory growth).
+
+    TensorFlow's allocator reserves nearly all of a GPU's memory at the first op unless memory
+    growth is on (``tf.config.experimental.set_memory_growth``; ``TF_FORCE_GPU_ALLOW_GROWTH=true``
+    does the same) or a logical device has a ``memory_limit``
+    (``tf.config.set_logical_device_configuration``); the two cannot both be set on one GPU.
+    hpclab turns growth on, or sets this cap where the profile's ``environment.vars`` gives one:
+    two ranks sharing a GPU, or a bound the job's GPU memory must keep."""
+    raw = environ.get(GPU_MEMORY_VAR, "").strip()
+    if not raw:
+        return None
+    if not raw.isdigit() or int(raw) < 256:
+        raise ConfigError(
+            f"{GPU_MEMORY_VAR}={raw!r} must be a whole number of MiB, at least 256 (e.g. 20000 for "
+            "20000 MiB of GPU memory per rank), or unset for TensorFlow's memory growth."
+        )
+    return int(raw)
+
+
 #: The run knob ``time_sync``: which clock the time split reads (see :func:`split_method`).
 TIME_SYNCS = ("auto", "device", "host")
 #: What each method means, for the dashboard's label and the docs.
@@ -202,6 +226,7 @@ __all__ = [
     "check_gpus",
     "check_gpus_arg",
     "gpu_identity",
+    "gpu_memory_limit",
     "local_rank_of",
     "parse_smi",
     "pick_gpu",

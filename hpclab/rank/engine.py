@@ -56,7 +56,7 @@ def init_worker(threads: int = 1, probe: tuple[str, str] | None = None) -> dict:
         "pid": os.getpid(),
         "host": platform.node(),
         "threads": threads,
-        **gpu,  # gpus (seen), gpu (index, uuid, name; {} on CPU), gpu_binding, tf_cuda, horovod_nccl
+        **gpu,  # gpus (seen), gpu (index, uuid, name; {} on CPU), gpu_binding, gpu_memory, tf_cuda, horovod_nccl
         "cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 0,
         # where Slurm put this rank (absent outside Slurm); recorded in lab.ranks and config.json
         "node": os.environ.get("SLURMD_NODENAME", ""),

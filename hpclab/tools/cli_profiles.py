@@ -342,7 +342,7 @@ def run(args: argparse.Namespace) -> int:
         if args.engine_mib:
             mib, source = args.engine_mib, "--engine-mib"
         else:
-            mib, source = engine_memory(profiles.folders(profile)[0])
+            mib, source = engine_memory(profiles.folders(profile)[0], gpu=profile.node.gpus > 0)
         print(hub_snippet(profile, workers or DEFAULT_WORKERS, threads, selector, mib, source))
     elif args.job_script:
         print(job_script(profile, workers, threads, command, nodes=args.nodes, selector=selector))

@@ -11,7 +11,9 @@ Stages, each timed:
    install    whether other users can enter every folder above this install's Python and
               package (a warning naming the first they cannot: :mod:`hpclab.tools.reachable`);
 3. devices    TensorFlow's CPU and GPU devices, and whether this CPU runs bfloat16 (oneDNN needs
-              AVX-512; :func:`hpclab.rank.bfloat16.probe`, in a child process);
+              AVX-512; :func:`hpclab.rank.bfloat16.probe`, in a child process); on a node with
+              ``nvidia-smi``, what it and ``nvcc`` say (:mod:`hpclab.tools.doctor_gpu`: driver
+              and toolkit CUDA, compute capability, MIG), an error stopping a CUDA stack;
 4. engines    (skipped with ``--quick``) start 2 ipyparallel MPI engines, ``hvd.init()`` on both,
               allreduce each rank's ``rank + 1`` and check that every rank got ``1 + 2 = 3``
               (:func:`hpclab.tools.doctor_profile.check_allreduce`, shared with ``--profile``).
@@ -42,7 +44,7 @@ from typing import Any
 from hpclab.cluster.host import find_mpiexec
 from hpclab.core.errors import LabError
 from hpclab.rank.bfloat16 import describe, probe
-from hpclab.tools import doctor_profile, linkage, reachable, site_checks
+from hpclab.tools import doctor_gpu, doctor_profile, linkage, reachable, site_checks
 
 #: Engines started by the full check; the expected allreduce result is 1 + 2 + ... + N.
 WORKERS = 2
@@ -312,6 +314,11 @@ def check_devices(tf: Any, bf16: Future | None = None) -> None:
         )
         if bf16 is not None:
             _row("bfloat16", describe(bf16.result()))
+        rows, errors = doctor_gpu.gpu_node_rows(bool(tf.test.is_built_with_cuda()))
+        for label, sentence in rows:  # what nvidia-smi and nvcc say (none without a driver)
+            _row(label, sentence)
+        if errors:
+            raise DoctorError(" ".join(errors))
 
 
 def check_engines(timeout: float, workers: int = WORKERS) -> None:

@@ -13,6 +13,16 @@ the append into a lazy value merged with whatever the hub set before or after. T
   newest run in the runs folder reported (``lab.ranks``, measured by each engine process at
   start, hpclab/rank/engine.py:memory) times ENGINE_GROWTH, else DEFAULT_ENGINE_MIB; plus
   CONTROLLER_MIB and JUPYTER_MIB.
+- on a GPU profile (``node.gpus > 0``) only runs whose ranks had a GPU count: a GPU engine
+  holds TensorFlow's CUDA libraries (cuDNN, cuBLAS, ...) and the CUDA context in host memory,
+  which a CPU run's figure does not show; without such a run, DEFAULT_GPU_ENGINE_MIB, an
+  estimate (unverified: no GPU run on this project's machines; ``scripts/gpu-check.sh`` records
+  the real figure in ``lab.ranks``). TensorFlow also keeps a pool of pinned (page-locked) host
+  memory for copies to and from the GPU, grown on demand up to ``TF_GPU_HOST_MEM_LIMIT_IN_MB``
+  (TensorFlow's ``gpu_process_state.cc``: 65536 MiB by default); a profile that sets it in
+  ``environment.vars`` bounds it, and that bound is added to each engine. GPU memory is not host
+  memory: hpclab turns TensorFlow's memory growth on (it would otherwise reserve nearly the
+  whole GPU at the first op), and ``HPCLAB_GPU_MEMORY_MIB`` caps it (hpclab/rank/gpu.py).
 """
 
 from __future__ import annotations
@@ -31,6 +41,12 @@ HUB_SRUN = "srun --ntasks=1 --nodes=1 --overlap"
 #: 604 MiB after a 2-worker MNIST-1D run (issue 26; benchmarks/README.md: 486-492 MiB at start).
 ENGINE_GROWTH = 1.5
 DEFAULT_ENGINE_MIB = 492  # an engine at start, TensorFlow 2.15 + Horovod 0.28 (when no run says)
+#: A GPU engine at start when no GPU run says: the CPU figure plus TensorFlow's CUDA libraries
+#: and context in host memory. An estimate, not measured here (no GPU); a GPU run's figure wins.
+DEFAULT_GPU_ENGINE_MIB = 3072
+#: TensorFlow's bound on its pinned host memory pool (MiB), and its default when unset.
+HOST_LIMIT_VAR = "TF_GPU_HOST_MEM_LIMIT_IN_MB"
+TF_HOST_LIMIT_DEFAULT_MIB = 65536
 #: Measured with a 1-worker lab: the controller's process tree (controller, schedulers, heart
 #: monitor: 9 processes) held 398 MiB; an idle JupyterLab server 87 MiB and a kernel with the
 #: lab's client about 90 MiB, more with charts.
@@ -51,9 +67,10 @@ def job_threads(
     ]
 
 
-def engine_memory(runs_dir: Path | None) -> tuple[float, str]:
+def engine_memory(runs_dir: Path | None, gpu: bool = False) -> tuple[float, str]:
     """(MiB per engine at start, where the figure comes from): the largest `peak_rss_mib` in
-    `lab.ranks` of the newest run under `runs_dir` that has one, else DEFAULT_ENGINE_MIB."""
+    `lab.ranks` of the newest run under `runs_dir` that has one (with `gpu`, of ranks that had
+    a GPU), else DEFAULT_ENGINE_MIB (DEFAULT_GPU_ENGINE_MIB)."""
     configs = []
     if runs_dir is not None and runs_dir.is_dir():
         for path in runs_dir.glob("*/config.json"):
@@ -66,16 +83,33 @@ def engine_memory(runs_dir: Path | None) -> tuple[float, str]:
             ranks = json.loads(path.read_text()).get("lab", {}).get("ranks", [])
         except (OSError, ValueError, AttributeError):
             continue
-        peaks = [r["peak_rss_mib"] for r in ranks if isinstance(r, dict) and "peak_rss_mib" in r]
+        peaks = [
+            r["peak_rss_mib"]
+            for r in ranks
+            if isinstance(r, dict) and "peak_rss_mib" in r and (r.get("gpu") or not gpu)
+        ]
         if peaks:
             return max(peaks), f"the {max(peaks):.0f} MiB peak of run {path.parent.name}"
+    if gpu:
+        return DEFAULT_GPU_ENGINE_MIB, (
+            f"no GPU run in {runs_dir} recorded it, so {DEFAULT_GPU_ENGINE_MIB} MiB, an estimate "
+            "for TensorFlow's CUDA libraries not yet measured on a GPU"
+        )
     return DEFAULT_ENGINE_MIB, f"no run in {runs_dir} recorded it, so {DEFAULT_ENGINE_MIB} MiB"
 
 
-def job_memory_mib(workers: int, engine_mib: float) -> int:
-    """`--mem` in MiB for `workers` engines of `engine_mib` at start, plus the rest of the job,
-    rounded up to 256 MiB."""
-    total = workers * engine_mib * ENGINE_GROWTH + CONTROLLER_MIB + JUPYTER_MIB
+def pinned_host_mib(profile: Profile) -> int:
+    """The pinned host memory each GPU engine may add: the profile's TF_GPU_HOST_MEM_LIMIT_IN_MB
+    (0 when it sets none: TensorFlow's own 64 GiB bound is then not counted, and said)."""
+    raw = str(profile.environment.vars.get(HOST_LIMIT_VAR, "")).strip()
+    return int(raw) if raw.isdigit() and profile.node.gpus else 0
+
+
+def job_memory_mib(workers: int, engine_mib: float, pinned_mib: int = 0) -> int:
+    """`--mem` in MiB for `workers` engines of `engine_mib` at start (each with up to
+    `pinned_mib` of TensorFlow's pinned host memory), plus the rest of the job, rounded up to
+    256 MiB."""
+    total = workers * (engine_mib * ENGINE_GROWTH + pinned_mib) + CONTROLLER_MIB + JUPYTER_MIB
     return int(math.ceil(total / 256) * 256)
 
 
@@ -93,7 +127,8 @@ def hub_snippet(
     # SlurmSpawner's default batch_script uses neither {account} nor {qos}: pass them as options
     options = [f"--{k}={v}" for k, v in (("account", s.account), ("qos", s.qos)) if v]
     options += list(s.extra_sbatch)
-    memory = job_memory_mib(workers, engine_mib)
+    pinned = pinned_host_mib(profile)
+    memory = job_memory_mib(workers, engine_mib, pinned)
     settings = {
         "req_partition": s.partition,
         "req_account": s.account,  # also in req_options: the default script ignores it
@@ -128,10 +163,35 @@ def hub_snippet(
             f"# CPUs: {workers} x {t} for the engines + {SPARE_CPUS} for JupyterLab, the kernel "
             "and the controller.",
             f"# Memory: {workers} engine(s) x {engine_mib:.0f} MiB at start ({memory_source or 'given'}) "
-            f"x {ENGINE_GROWTH:g} + {CONTROLLER_MIB + JUPYTER_MIB} MiB for the rest = {memory} MiB.",
+            f"x {ENGINE_GROWTH:g}{f' + {pinned} MiB pinned' if pinned else ''} + "
+            f"{CONTROLLER_MIB + JUPYTER_MIB} MiB for the rest = {memory} MiB.",
+            *gpu_memory_lines(profile, pinned),
             f"c.ProfilesSpawner.profiles.append(tuple({body}))",
         ]
     )
 
 
-__all__ = ["hub_snippet", "engine_memory", "job_memory_mib", "job_threads", "HUB_SRUN"]
+def gpu_memory_lines(profile: Profile, pinned: int) -> list[str]:
+    """The snippet's comment on what TensorFlow reserves on a GPU node ([] on a CPU profile)."""
+    if not profile.node.gpus:
+        return []
+    bound = (
+        f"{pinned} MiB per engine, from the profile's {HOST_LIMIT_VAR}"
+        if pinned
+        else f"up to {TF_HOST_LIMIT_DEFAULT_MIB} MiB per engine, not counted above: set "
+        f"{HOST_LIMIT_VAR} in the profile's environment.vars to bound it"
+    )
+    return [
+        f"# GPU engines: TensorFlow's pinned host memory grows on demand, {bound}; GPU memory "
+        "grows as needed (HPCLAB_GPU_MEMORY_MIB caps it per rank).",
+    ]
+
+
+__all__ = [
+    "hub_snippet",
+    "engine_memory",
+    "job_memory_mib",
+    "job_threads",
+    "pinned_host_mib",
+    "HUB_SRUN",
+]
