@@ -30,6 +30,7 @@ from pathlib import Path
 import nbformat
 import notebook_checks as checks
 import pytest
+from test_real_clusters import assert_scaling_out
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK_DIR = ROOT / "notebooks"
@@ -224,9 +225,12 @@ def _claim_04(runs_dir: Path) -> str:
     moves more than the gap does (six passes on 2 cores: E(2) at 16 per worker 0.43-0.76, the
     gap 0.10-0.32), since a pass's 1-worker and 2-worker runs are minutes apart. As the notebook
     says, passes that disagree about the gap by more than BUSY mean the machine was too busy to
-    tell: then the check says so (a warning) instead of judging the lesson."""
+    tell: then the check says so (a warning) instead of judging the lesson. The section "On a
+    real cluster" is checked first, whatever the machine: its figures come from fixed data
+    (tests/test_real_clusters.py, exactly)."""
     from hpclab.views.charts.scaling_charts import scaling_series
 
+    real = assert_scaling_out()  # the section "On a real cluster": fixed data, exact figures
     records = _records(runs_dir)
 
     def weak(runs, prefix):  # weak-scaling E(2) by per-worker batch, for one model
@@ -256,7 +260,7 @@ def _claim_04(runs_dir: Path) -> str:
     measured = (
         f"weak E(2) CNN {cnn}, repeat {again} (gaps {gaps[0]:.3f}, {gaps[1]:.3f}; they "
         f"disagree by {disagree:.3f}); ResNet-20 {resnet}; POP factors {pop}; "
-        f"ablation: {_ablation_04(ablation)}"
+        f"ablation: {_ablation_04(ablation)}; on a real cluster: {real}"
     )
     if disagree > BUSY:
         warnings.warn(

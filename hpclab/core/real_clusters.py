@@ -1,0 +1,308 @@
+"""The lab's lessons on real clusters: the quantity a notebook measures on two ranks, read from
+measured data of GPU clusters (:mod:`hpclab.core.traces`; ``data/scaling-traces/``).
+
+Each lesson's function returns a :class:`Section`: the figures its sentences state (rounded as
+printed, so a test asserts exactly what a student reads), the sentences, and the series its chart
+draws (:mod:`hpclab.views.charts.real_clusters`). The data is fixed, so every figure is too.
+
+Sources, and where their setup differs from the lab's (two ranks on two CPU cores, TensorFlow +
+Horovod, a grouped allreduce that never overlaps the backward pass):
+
+* Qiao et al., "Pollux: Co-adaptive Cluster Scheduling for Goodput-Optimized Deep Learning",
+  OSDI 2021, artifact traces: 16 AWS g4dn.12xlarge nodes of 4 NVIDIA T4 each; PyTorch with
+  AdaptDL, the allreduce overlapped with backprop; the validation runs' learning rates adapted by
+  AdaScale, not tuned per batch.
+* MLPerf Training v3.0, NVIDIA's ResNet-50 on DGX H100 (8 GPUs a node): MXNet, LARS tuned per
+  scale by the submitter; time to 75.9 % top-1, the median of five runs, evaluation included.
+* McCandlish et al. 2018, "An Empirical Model of Large-Batch Training", arXiv:1812.06162:
+  S(B) = S_min (1 + B_crit / B) with the learning rate tuned per batch, and B_simple = tr Σ / |G|²
+  as its predictor of B_crit (:mod:`hpclab.core.critical_batch`).
+
+Pure: NumPy and SciPy only, reads the CSVs, writes nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from hpclab.core.critical_batch import fit_critical_batch
+from hpclab.core.traces import read_mlperf, read_runs, read_steps, traces_dir
+
+PER_NODE = 4  # T4 GPUs in one g4dn.12xlarge node
+WORKLOAD = "imagenet"  # ResNet-50: of Pollux's workloads the nearest to the lab's ResNet-20
+SMALL, LARGE = 20, 200  # the smallest and largest local batch of its step-time rows
+WEAK_GPUS = (1, 2, 4, 8, 16, 32, 64)
+#: strong scaling at a global batch of 160-163: the local batches of the trace's √2 grid that
+#: multiply back to it (E compares samples/s, which a 2 % difference in the batch hardly moves)
+STRONG = ((1, 163), (2, 81), (4, 40), (8, 20))
+#: the image workloads' targets (the replay's: each run's best is within a point of them)
+TARGETS = {"cifar10": 0.94, "imagenet": 0.75}
+MODELS = {"cifar10": "ResNet-18 on CIFAR-10", "imagenet": "ResNet-50 on ImageNet"}
+
+
+@dataclass(frozen=True)
+class Section:
+    """One notebook's real-cluster section: ``figures`` every number a sentence states (rounded
+    as printed), ``sentences`` the findings, ``series`` what the chart draws (name, x, y, kind)."""
+
+    figures: dict
+    sentences: tuple[str, ...]
+    series: tuple[dict, ...] = field(default=())
+
+
+def pollux(workload: str = WORKLOAD, folder=None):
+    """A Pollux workload's step rows."""
+    root = Path(folder) if folder is not None else traces_dir() / "pollux-osdi21"
+    return read_steps(root / workload)
+
+
+def packed(steps, gpus: int, local_batch: int):
+    """The row of ``gpus`` packed on as few nodes as they fit (4 a node), every node alike."""
+    nodes = math.ceil(gpus / PER_NODE)
+    (row,) = [
+        r
+        for r in steps
+        if r.gpus == gpus and r.nodes == nodes and r.uniform and r.local_batch == local_batch
+    ]
+    return row
+
+
+def _placement(steps, nodes: int, per_node: int, local_batch: int):
+    (row,) = [
+        r
+        for r in steps
+        if r.nodes == nodes
+        and r.per_node == per_node
+        and r.uniform
+        and r.local_batch == local_batch
+        and r.source == "placements"
+    ]
+    return row
+
+
+def weak_efficiency(steps, local_batch: int) -> dict[int, float]:
+    """E(N) = T_N / (N · T_1) at a fixed local batch, N = 1 … 64 packed 4 a node."""
+    one = packed(steps, 1, local_batch).samples_per_s
+    return {n: packed(steps, n, local_batch).samples_per_s / (n * one) for n in WEAK_GPUS}
+
+
+def strong_efficiency(steps) -> dict[int, float]:
+    """E(N) = T_N / (N · T_1) at a global batch of 160-163 (:data:`STRONG`)."""
+    one = packed(steps, 1, STRONG[0][1]).samples_per_s
+    return {n: packed(steps, n, b).samples_per_s / (n * one) for n, b in STRONG}
+
+
+def scaling_out(folder=None) -> Section:
+    """Notebook 04: weak and strong scaling efficiency from 1 to 64 T4s, one node's four GPUs
+    against four nodes of one, and MLPerf's 8 → 64 H100s at one global batch."""
+    steps = pollux(WORKLOAD, folder)
+    weak = {b: weak_efficiency(steps, b) for b in (SMALL, LARGE)}
+    strong = strong_efficiency(steps)
+    net = {}
+    for b in (SMALL, LARGE):
+        node, spread = _placement(steps, 1, 4, b), _placement(steps, 4, 1, b)
+        net[b] = (spread.step_s / node.step_s, node.sync_s, spread.sync_s)
+    h100 = {r.gpus: r for r in read_mlperf()}
+    speedup = h100[8].minutes_median / h100[64].minutes_median
+    f = {
+        **{f"weak_{b}_{n}": round(weak[b][n], 2) for b in weak for n in (4, 8, 64)},
+        **{f"strong_{n}": round(strong[n], 2) for n in (2, 4, 8)},
+        **{f"network_{b}": round(net[b][0], 2) for b in net},
+        **{
+            f"sync_{b}_{where}": round(net[b][i], 3)
+            for b in net
+            for i, where in ((1, "node"), (2, "nodes"))
+        },
+        "mlperf_speedup": round(speedup, 1),
+        "mlperf_efficiency": round(speedup / 8, 2),
+    }
+    sentences = (
+        f"Weak scaling, ResNet-50 on T4s at {SMALL} images per GPU: E = {f[f'weak_{SMALL}_4']:.2f}"
+        f" on the 4 GPUs of one node, {f[f'weak_{SMALL}_8']:.2f} on 8 GPUs over 2 nodes, "
+        f"{f[f'weak_{SMALL}_64']:.2f} on 64 GPUs over 16 nodes.",
+        f"At {LARGE} images per GPU: E = {f[f'weak_{LARGE}_4']:.2f}, "
+        f"{f[f'weak_{LARGE}_8']:.2f} and {f[f'weak_{LARGE}_64']:.2f} on the same 4, 8 and 64 "
+        "GPUs.",
+        f"What the network costs: 4 GPUs on 4 nodes take {f[f'network_{SMALL}']:.2f}x the step "
+        f"of 4 GPUs in one node at {SMALL} images per GPU (synchronisation "
+        f"{f[f'sync_{SMALL}_nodes']:.3f} s against {f[f'sync_{SMALL}_node']:.3f} s), "
+        f"{f[f'network_{LARGE}']:.2f}x at {LARGE}.",
+        f"Strong scaling at a global batch of 160-163: E = {f['strong_2']:.2f} on 2 T4s, "
+        f"{f['strong_4']:.2f} on 4 (one node), {f['strong_8']:.2f} on 8 (two nodes).",
+        f"MLPerf v3.0, ResNet-50 on DGX H100: 8 to 64 GPUs at the same global batch of "
+        f"{h100[8].global_batch:,} trains {f['mlperf_speedup']:.1f}x faster, a strong-scaling "
+        f"efficiency of {f['mlperf_efficiency']:.2f} against 8 GPUs.",
+    )
+    series = (
+        *(
+            {
+                "name": f"T4s, weak, {b} per GPU",
+                "x": list(weak[b]),
+                "y": list(weak[b].values()),
+                "kind": "weak",
+            }
+            for b in weak
+        ),
+        {
+            "name": "T4s, strong, global batch 160-163",
+            "x": list(strong),
+            "y": list(strong.values()),
+            "kind": "strong",
+        },
+        {
+            "name": f"H100s (MLPerf), strong, global batch {h100[8].global_batch:,} (vs 8 GPUs)",
+            "x": [8, 64],
+            "y": [1.0, speedup / 8],
+            "kind": "strong",
+        },
+    )
+    return Section(f, sentences, series)
+
+
+def _steps_points(workload: str, folder=None) -> tuple[dict[int, float], dict]:
+    root = Path(folder) if folder is not None else traces_dir() / "pollux-osdi21"
+    runs = read_runs(root / workload)
+    return {b: float(runs[b].steps_to(TARGETS[workload])) for b in sorted(runs)}, runs
+
+
+def b_simple_trace(runs) -> tuple[int, np.ndarray, np.ndarray]:
+    """B_simple over training from the smallest-batch run, the one whose batch is B0 itself
+    (:func:`hpclab.core.traces.Run.b_simple`): its batch, iterations and B_simple."""
+    b0 = min(runs)
+    run = runs[b0]
+    bs = run.b_simple(b0)
+    keep = np.isfinite(bs) & (bs > 0)
+    return b0, run.iteration[keep], bs[keep]
+
+
+def critical_batch(folder=None) -> Section:
+    """Notebook 05: S(B) = S_min (1 + B_crit / B) fitted on Pollux's image workloads and on
+    MLPerf's ResNet-50, and B_simple over training against each fitted B_crit."""
+    f, sentences, series = {}, [], []
+    for w in ("cifar10", "imagenet"):
+        points, runs = _steps_points(w, folder)
+        fit = fit_critical_batch(list(points), list(points.values()))
+        b0, it, bs = b_simple_trace(runs)
+        at = float(np.interp(points[b0], it, bs))  # B_simple where the B0 run reached the target
+        f |= {
+            f"{w}_b_crit": round(fit.b_crit),
+            f"{w}_b_crit_se": round(fit.b_crit_se),
+            f"{w}_s_min": round(fit.s_min),
+            f"{w}_rms": round(fit.rel_rms, 3),
+            f"{w}_b_simple_first": round(float(bs[0])),
+            f"{w}_b_simple_target": round(at),
+            f"{w}_ratio": round(fit.b_crit / at, 2),
+        }
+        sentences += [
+            f"{MODELS[w]} to {TARGETS[w]:.0%} (T4s, AdaScale): B_crit = {f[f'{w}_b_crit']:,} ± "
+            f"{f[f'{w}_b_crit_se']:,}, S_min = {f[f'{w}_s_min']:,} steps ({len(points)} batches "
+            f"{min(points):,}-{max(points):,}; rms residual {f[f'{w}_rms']:.1%}).",
+            f"Its B_simple (the batch-{b0} run) grows from {f[f'{w}_b_simple_first']:,} at the "
+            f"first evaluation to {f[f'{w}_b_simple_target']:,} where that run reached the "
+            f"target: B_crit / B_simple = {f[f'{w}_ratio']:.2f} there.",
+        ]
+        series += [
+            {
+                "name": MODELS[w],
+                "x": list(points),
+                "y": list(points.values()),
+                "kind": "steps",
+                "fit": fit,
+            },
+            {
+                "name": f"{MODELS[w]}, B_simple (batch {b0})",
+                "x": it.tolist(),
+                "y": bs.tolist(),
+                "kind": "b_simple",
+                "b_crit": fit.b_crit,
+                "target_step": points[b0],
+            },
+        ]
+    h100 = {r.global_batch: r.steps for r in read_mlperf()}  # 8 and 64 GPUs share 3,200
+    fit = fit_critical_batch(list(h100), list(h100.values()))
+    f |= {
+        "mlperf_b_crit": round(fit.b_crit),
+        "mlperf_b_crit_se": round(fit.b_crit_se),
+        "mlperf_largest": max(h100),
+    }
+    sentences.append(
+        f"ResNet-50 on DGX H100 (MLPerf, LARS tuned per scale), {len(h100)} batches "
+        f"{min(h100):,}-{max(h100):,}: B_crit = {f['mlperf_b_crit']:,} ± "
+        f"{f['mlperf_b_crit_se']:,} (one degree of freedom: a range, not a digit); its largest "
+        f"batch, {f['mlperf_largest']:,} on 768 GPUs, is below it."
+    )
+    series.append(
+        {
+            "name": "ResNet-50 on H100s (MLPerf)",
+            "x": list(h100),
+            "y": list(h100.values()),
+            "kind": "steps",
+            "fit": fit,
+        }
+    )
+    return Section(f, tuple(sentences), tuple(series))
+
+
+def overlap(folder=None) -> Section:
+    """Notebook 13: the synchronisation a step waits for on 16 T4 nodes (one GPU each, PyTorch
+    overlapping the allreduce with backprop) against the local batch, and what overlap costs
+    the computation beside it."""
+    steps = pollux(WORKLOAD, folder)
+    rows = {
+        r.local_batch: r
+        for r in steps
+        if r.nodes == 16 and r.gpus == 16 and r.source == "scalability"
+    }
+    one = packed(steps, 1, LARGE)
+    lo, hi = rows[SMALL], rows[LARGE]
+    f = {
+        "sync_small": round(lo.sync_s, 3),
+        "sync_large": round(hi.sync_s, 4),
+        "sync_fall": round(lo.sync_s / hi.sync_s),
+        "share_small": round(lo.sync_s / lo.step_s, 3),
+        "share_large": round(hi.sync_s / hi.step_s, 3),
+        "rest_large": round(hi.compute_s, 3),
+        "one_gpu_large": round(one.step_s, 3),
+        "rest_over_one": round(hi.compute_s / one.step_s - 1.0, 2),
+    }
+    sentences = (
+        f"On 16 T4 nodes (one GPU each, ResNet-50), the synchronisation a step waits for falls "
+        f"from {f['sync_small']:.3f} s at {SMALL} images per GPU to {f['sync_large']:.4f} s at "
+        f"{LARGE} ({f['sync_fall']}x less), though every step sends the same gradient.",
+        f"Its share of the step falls from {f['share_small']:.1%} to {f['share_large']:.1%}.",
+        f"The hiding is not free: at {LARGE} per GPU the rest of the step takes "
+        f"{f['rest_large']:.3f} s, {f['rest_over_one']:.0%} longer than the whole step of one "
+        f"GPU alone ({f['one_gpu_large']:.3f} s).",
+    )
+    batches = sorted(rows)
+    series = (
+        {
+            "name": "16 T4 nodes, ResNet-50 (overlapped)",
+            "x": batches,
+            "y": [rows[b].sync_s / rows[b].step_s for b in batches],
+            "kind": "share",
+        },
+    )
+    return Section(f, sentences, series)
+
+
+__all__ = [
+    "PER_NODE",
+    "WORKLOAD",
+    "SMALL",
+    "LARGE",
+    "TARGETS",
+    "Section",
+    "pollux",
+    "packed",
+    "weak_efficiency",
+    "strong_efficiency",
+    "scaling_out",
+    "b_simple_trace",
+    "critical_batch",
+    "overlap",
+]
