@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from hpclab.core.critical_batch import fit_critical_batch
+from hpclab.core.replay import granularity, hyperbola_warning
 from hpclab.core.traces import read_mlperf, read_runs, read_steps, traces_dir
 
 PER_NODE = 4  # T4 GPUs in one g4dn.12xlarge node
@@ -188,6 +189,10 @@ def critical_batch(folder=None) -> Section:
         fit = fit_critical_batch(list(points), list(points.values()))
         b0, it, bs = b_simple_trace(runs)
         at = float(np.interp(points[b0], it, bs))  # B_simple where the B0 run reached the target
+        # AdaScale, not a per-batch tuning: is E(B) = B·S(B) at least rising, as the curve says?
+        bent = hyperbola_warning(
+            list(points), list(points.values()), granularity(runs, points.items())
+        )
         f |= {
             f"{w}_b_crit": round(fit.b_crit),
             f"{w}_b_crit_se": round(fit.b_crit_se),
@@ -196,6 +201,7 @@ def critical_batch(folder=None) -> Section:
             f"{w}_b_simple_first": round(float(bs[0])),
             f"{w}_b_simple_target": round(at),
             f"{w}_ratio": round(fit.b_crit / at, 2),
+            f"{w}_samples_rise": bent is None,
         }
         sentences += [
             f"{MODELS[w]} to {TARGETS[w]:.0%} (T4s, AdaScale): B_crit = {f[f'{w}_b_crit']:,} ± "
