@@ -28,6 +28,33 @@ SCALING_OUT = {
     "mlperf_efficiency": 0.64,
 }
 
+HARDWARE_VS_STATISTICAL = {
+    "rate_1_20": 136,
+    "rate_1_200": 217,
+    "rate_16_20": 744,
+    "rate_16_200": 3058,
+    "rate_64_20": 2221,
+    "rate_64_200": 11777,
+    "gain_1": 1.6,
+    "gain_16": 4.11,
+    "gain_64": 5.3,
+    "steps_small": 429190,
+    "steps_large": 11480,
+    "steps_cut": 37.4,
+    "samples_grow": 1.71,
+    "hours_16_400": 25.15,
+    "hours_16_800": 14.62,
+    "hours_16_1600": 9.2,
+    "hours_16_3200": 9.15,
+    "soonest_16": 3200,
+    "hours_64_1600": 9.85,
+    "hours_64_3200": 5.47,
+    "hours_64_6400": 3.97,
+    "hours_64_12800": 3.47,
+    "soonest_64": 12800,
+    "runner_up_16": 0.005,
+}
+
 CRITICAL_BATCH = {
     "cifar10_b_crit": 3296,
     "cifar10_b_crit_se": 279,
@@ -83,6 +110,21 @@ def assert_scaling_out() -> str:
     return " ".join(s.sentences)
 
 
+def assert_hardware_vs_statistical() -> str:
+    """Notebook 02's section: the figures, and what its prose says — on one T4 ten times the
+    batch buys less than twice the samples/s, on 16 and 64 several times, more on 64; the steps
+    fall by less than the batch grows, so the samples grow; on 16 T4s the soonest batch is in
+    the thousands, the next within 1 %; on 64 T4s the soonest is larger, the largest measured."""
+    s = rc.hardware_vs_statistical()
+    f = s.figures
+    assert f == HARDWARE_VS_STATISTICAL, f
+    assert f["gain_1"] < 2 < 4 < f["gain_16"] < f["gain_64"]
+    assert f["steps_cut"] < 12800 / 200 and f["samples_grow"] > 1
+    assert f["soonest_16"] >= 1000 and f["runner_up_16"] < 0.01
+    assert f["soonest_64"] > f["soonest_16"] and f["soonest_64"] == 12800
+    return " ".join(s.sentences)
+
+
 def assert_critical_batch() -> str:
     """Notebook 05's section: the figures, and what its prose says — every fit's B_crit is more
     than five standard errors from zero; the larger the task, the larger B_crit (CIFAR-10 <
@@ -121,6 +163,18 @@ def test_scaling_out_on_the_real_traces():
     assert_scaling_out()
 
 
+def test_hardware_vs_statistical_on_the_real_traces():
+    assert_hardware_vs_statistical()
+
+
+def test_time_to_target_reads_only_measured_local_batches():
+    """A global batch whose local batch falls outside the measured ones gets no time."""
+    steps = rc.pollux()
+    hours = rc.time_to_target(steps, 16, {160: 1000.0, 3200: 100.0, 6400: 50.0})
+    assert list(hours) == [3200]  # 160/16 = 10 and 6400/16 = 400 lie outside 20-200
+    assert hours[3200] == 100.0 * rc.packed(steps, 16, 200).step_s / 3600.0
+
+
 def test_critical_batch_on_the_real_traces():
     assert_critical_batch()
 
@@ -131,7 +185,12 @@ def test_overlap_on_the_real_traces():
 
 def test_every_section_has_sentences_and_a_chart():
     """Each section states whole sentences (no NaN slipped into one) and gives its chart data."""
-    for section in (rc.scaling_out(), rc.critical_batch(), rc.overlap()):
+    for section in (
+        rc.scaling_out(),
+        rc.hardware_vs_statistical(),
+        rc.critical_batch(),
+        rc.overlap(),
+    ):
         text = " ".join(section.sentences)
         assert section.sentences and all(s.endswith(".") for s in section.sentences)
         assert section.series and "nan" not in text.lower()

@@ -31,7 +31,7 @@ import numpy as np
 
 from hpclab.core.critical_batch import fit_critical_batch
 from hpclab.core.replay import granularity, hyperbola_warning
-from hpclab.core.traces import read_mlperf, read_runs, read_steps, traces_dir
+from hpclab.core.traces import read_mlperf, read_runs, read_steps, steps_to_target, traces_dir
 
 PER_NODE = 4  # T4 GPUs in one g4dn.12xlarge node
 WORKLOAD = "imagenet"  # ResNet-50: of Pollux's workloads the nearest to the lab's ResNet-20
@@ -160,6 +160,88 @@ def scaling_out(folder=None) -> Section:
             "y": [1.0, speedup / 8],
             "kind": "strong",
         },
+    )
+    return Section(f, sentences, series)
+
+
+def time_to_target(steps, gpus: int, to_target: dict[int, float]) -> dict[int, float]:
+    """Hours to target on ``gpus`` T4s packed 4 a node, per global batch B whose local batch
+    B / gpus lies inside the measured ones: steps × the step time there, interpolated linearly
+    between the two measured local batches around it."""
+    local = sorted({r.local_batch for r in steps if r.gpus == 1})
+    step_s = [packed(steps, gpus, b).step_s for b in local]
+    return {
+        b: s * float(np.interp(b / gpus, local, step_s)) / 3600.0
+        for b, s in sorted(to_target.items())
+        if local[0] <= b / gpus <= local[-1]
+    }
+
+
+def hardware_vs_statistical(folder=None) -> Section:
+    """Notebook 02: samples/s against the local batch on 1, 16 and 64 T4s; steps to target
+    against the global batch (Pollux's ImageNet runs, AdaScale); time to target on 16 and 64 T4s
+    and the batch that gets there soonest."""
+    steps = pollux(WORKLOAD, folder)
+    root = Path(folder) if folder is not None else traces_dir() / "pollux-osdi21"
+    to_target = {
+        b: float(s)
+        for b, s in steps_to_target(read_runs(root / WORKLOAD), TARGETS[WORKLOAD]).items()
+    }
+    local = sorted({r.local_batch for r in steps if r.gpus == 1})
+    rate = {n: {b: packed(steps, n, b).samples_per_s for b in local} for n in (1, 16, 64)}
+    hours = {n: time_to_target(steps, n, to_target) for n in (16, 64)}
+    small, large = min(to_target), max(to_target)
+    f = {f"rate_{n}_{b}": round(rate[n][b]) for n in rate for b in (SMALL, LARGE)}
+    f |= {f"gain_{n}": round(rate[n][LARGE] / rate[n][SMALL], 2) for n in rate}
+    f |= {
+        "steps_small": round(to_target[small]),
+        "steps_large": round(to_target[large]),
+        "steps_cut": round(to_target[small] / to_target[large], 1),
+        "samples_grow": round(large * to_target[large] / (small * to_target[small]), 2),
+    }
+    for n in hours:
+        f |= {f"hours_{n}_{b}": round(h, 2) for b, h in hours[n].items()}
+        f[f"soonest_{n}"] = min(hours[n], key=hours[n].get)
+    ranked = sorted(hours[16].values())
+    f["runner_up_16"] = round(ranked[1] / ranked[0] - 1.0, 3)
+    h16 = ", ".join(f"{f[f'hours_16_{b}']:.2f} h at {b:,}" for b in hours[16])
+    h64 = ", ".join(f"{f[f'hours_64_{b}']:.2f} h at {b:,}" for b in hours[64])
+    sentences = (
+        "Samples/s of ResNet-50 from "
+        + f"{SMALL} to {LARGE} images per GPU: "
+        + "; ".join(
+            f"{n} T4{'s' if n > 1 else ''} {f[f'rate_{n}_{SMALL}']:,} to {f[f'rate_{n}_{LARGE}']:,}"
+            f" (x{f[f'gain_{n}']:.2f})"
+            for n in rate
+        )
+        + ".",
+        f"Steps to {TARGETS[WORKLOAD]:.0%} top-1 (Pollux's runs, AdaScale learning rates): {f['steps_small']:,} at "
+        f"a global batch of {small:,}, {f['steps_large']:,} at {large:,}: {large // small}x the "
+        f"batch, {f['steps_cut']}x fewer steps, {f['samples_grow']:.2f}x the samples.",
+        f"Time to target on 16 T4s: {h16}; soonest at {f['soonest_16']:,}, the next within "
+        f"{f['runner_up_16']:.1%}.",
+        f"On 64 T4s: {h64}; soonest at {f['soonest_64']:,}.",
+    )
+    series = (
+        *(
+            {
+                "name": f"{n} T4{'s' if n > 1 else ''}",
+                "x": local,
+                "y": [rate[n][b] for b in local],
+                "kind": "rate",
+            }
+            for n in rate
+        ),
+        {
+            "name": "ResNet-50 on ImageNet (T4s)",
+            "x": list(to_target),
+            "y": list(to_target.values()),
+            "kind": "steps",
+        },
+        *(
+            {"name": f"{n} T4s", "x": list(hours[n]), "y": list(hours[n].values()), "kind": "time"}
+            for n in hours
+        ),
     )
     return Section(f, sentences, series)
 
@@ -308,6 +390,8 @@ __all__ = [
     "weak_efficiency",
     "strong_efficiency",
     "scaling_out",
+    "time_to_target",
+    "hardware_vs_statistical",
     "b_simple_trace",
     "critical_batch",
     "overlap",

@@ -142,6 +142,76 @@ def critical_batch_figure(section, fit, best, b_simple: dict) -> go.Figure:
     return fig
 
 
+def hardware_statistical_figure(section, speed_table, best, workers: int = 2) -> go.Figure:
+    """Notebook 02, three panels: samples/s against the local batch, each relative to its own
+    smallest local batch (hardware efficiency); steps to target against the global batch; time
+    to target against the global batch, relative to the soonest. The clusters' lines beside the
+    student's stars (their local batch: the global batch over ``workers``)."""
+    fig = make_subplots(
+        rows=1,
+        cols=3,
+        horizontal_spacing=0.08,
+        subplot_titles=(
+            "samples/s / samples/s at the smallest local batch",
+            "steps to target",
+            "time to target / the soonest",
+        ),
+    )
+    speed = speed_table.sort_values("global_batch")
+    rate = list(speed["samples_per_sec"])
+    mine = {
+        "rate": (list(speed["global_batch"] / workers), rate),
+        "steps": (list(best["global_batch"]), list(best["steps"])),
+        "time": (list(best["global_batch"]), list(best["time_to_target_s"])),
+    }
+    seen: list[str] = []  # one legend entry and one colour per cluster line across panels
+    for col, kind in enumerate(("rate", "steps", "time"), start=1):
+        for s in (x for x in section.series if x["kind"] == kind):
+            if s["name"] not in seen:
+                seen.append(s["name"])
+            y = np.asarray(s["y"], dtype=float)
+            y = y / (y[0] if kind == "rate" else y.min()) if kind != "steps" else y
+            fig.add_trace(
+                go.Scatter(
+                    x=s["x"],
+                    y=y,
+                    name=s["name"],
+                    mode="lines+markers",
+                    line=dict(color=_color(seen.index(s["name"]))),
+                    legendgroup=s["name"],
+                    showlegend=kind != "time",
+                ),
+                row=1,
+                col=col,
+            )
+        x, y = mine[kind]
+        y = np.asarray(y, dtype=float)
+        ok = np.isfinite(y)
+        if ok.any() and kind != "steps":
+            y = y / (y[ok][0] if kind == "rate" else y[ok].min())
+        fig.add_trace(
+            go.Scatter(
+                x=x,
+                y=y,
+                name="your runs (2 ranks, MNIST-1D)",
+                mode="markers+lines",
+                marker=YOURS,
+                line=dict(color="black", dash="dot"),
+                legendgroup="yours",
+                showlegend=col == 1,
+            ),
+            row=1,
+            col=col,
+        )
+        fig.update_xaxes(type="log", row=1, col=col)
+        fig.update_yaxes(type="log", row=1, col=col)
+    fig.update_xaxes(title="local batch (per GPU / per rank)", row=1, col=1)
+    fig.update_xaxes(title="global batch", row=1, col=2)
+    fig.update_xaxes(title="global batch", row=1, col=3)
+    fig.update_layout(title="Hardware and statistical efficiency: your runs beside T4s", height=460)
+    return fig
+
+
 def overlap_figure(section, runs: Iterable[Any], local_batch: int) -> go.Figure:
     """Notebook 13: the exposed synchronisation's share of a step against the local batch on 16
     T4 nodes (overlapped), and the student's arms at their local batch."""
@@ -169,4 +239,9 @@ def _color(k: int) -> str:
     return palette[k % len(palette)]
 
 
-__all__ = ["scaling_figure", "critical_batch_figure", "overlap_figure"]
+__all__ = [
+    "scaling_figure",
+    "hardware_statistical_figure",
+    "critical_batch_figure",
+    "overlap_figure",
+]
