@@ -55,6 +55,15 @@ HARDWARE_VS_STATISTICAL = {
     "runner_up_16": 0.005,
 }
 
+WHERE_TIME_GOES = {
+    "node_max": 0.023,
+    "across_small_min": 0.601,
+    "across_small_max": 0.73,
+    "across_large_max": 0.099,
+    "at_64_small": 0.709,
+    "at_64_large": 0.099,
+}
+
 CRITICAL_BATCH = {
     "cifar10_b_crit": 3296,
     "cifar10_b_crit_se": 279,
@@ -125,6 +134,17 @@ def assert_hardware_vs_statistical() -> str:
     return " ".join(s.sentences)
 
 
+def assert_where_time_goes() -> str:
+    """Notebook 06's section: the figures, and what its prose says — inside one node the
+    synchronisation is a few per cent of a step at most; across nodes at the smallest local
+    batch it is most of the step; at the largest a tenth at most."""
+    s = rc.where_time_goes()
+    f = s.figures
+    assert f == WHERE_TIME_GOES, f
+    assert f["node_max"] < 0.05 and f["across_small_min"] > 0.5 and f["across_large_max"] <= 0.1
+    return " ".join(s.sentences)
+
+
 def assert_critical_batch() -> str:
     """Notebook 05's section: the figures, and what its prose says — every fit's B_crit is more
     than five standard errors from zero; the larger the task, the larger B_crit (CIFAR-10 <
@@ -175,6 +195,10 @@ def test_time_to_target_reads_only_measured_local_batches():
     assert hours[3200] == 100.0 * rc.packed(steps, 16, 200).step_s / 3600.0
 
 
+def test_where_time_goes_on_the_real_traces():
+    assert_where_time_goes()
+
+
 def test_critical_batch_on_the_real_traces():
     assert_critical_batch()
 
@@ -188,6 +212,7 @@ def test_every_section_has_sentences_and_a_chart():
     for section in (
         rc.scaling_out(),
         rc.hardware_vs_statistical(),
+        rc.where_time_goes(),
         rc.critical_batch(),
         rc.overlap(),
     ):

@@ -246,6 +246,53 @@ def hardware_vs_statistical(folder=None) -> Section:
     return Section(f, sentences, series)
 
 
+SHARE_BATCHES = (SMALL, 57, LARGE)  # the chart's lines: smallest, middle and largest local batch
+
+
+def sync_share(steps, gpus: int, local_batch: int) -> float:
+    """The exposed synchronisation's share of a step, GPUs packed 4 a node."""
+    row = packed(steps, gpus, local_batch)
+    return row.sync_s / row.step_s
+
+
+def where_time_goes(folder=None) -> Section:
+    """Notebook 06: the synchronisation share of a step against GPUs and the local batch, on
+    T4s packed 4 a node (ResNet-50; PyTorch overlaps the allreduce, so this is what it left
+    exposed)."""
+    steps = pollux(WORKLOAD, folder)
+    local = sorted({r.local_batch for r in steps if r.gpus == 1})
+    share = {b: {n: sync_share(steps, n, b) for n in WEAK_GPUS} for b in local}
+    inside = [share[b][n] for b in local for n in (2, 4)]
+    across = {b: [share[b][n] for n in WEAK_GPUS if n > PER_NODE] for b in (SMALL, LARGE)}
+    f = {
+        "node_max": round(max(inside), 3),
+        "across_small_min": round(min(across[SMALL]), 3),
+        "across_small_max": round(max(across[SMALL]), 3),
+        "across_large_max": round(max(across[LARGE]), 3),
+        "at_64_small": round(share[SMALL][64], 3),
+        "at_64_large": round(share[LARGE][64], 3),
+    }
+    sentences = (
+        f"ResNet-50 on T4s, inside one node (2 or 4 GPUs): synchronisation is at most "
+        f"{f['node_max']:.1%} of a step, at every local batch from {SMALL} to {LARGE}.",
+        f"Across nodes (8 to 64 GPUs) at {SMALL} images per GPU: {f['across_small_min']:.1%} to "
+        f"{f['across_small_max']:.1%} of a step; at {LARGE} per GPU at most "
+        f"{f['across_large_max']:.1%}.",
+        f"On 64 GPUs the share falls from {f['at_64_small']:.1%} at {SMALL} images per GPU to "
+        f"{f['at_64_large']:.1%} at {LARGE}.",
+    )
+    series = tuple(
+        {
+            "name": f"T4s, {b} images per GPU",
+            "x": list(WEAK_GPUS),
+            "y": [share[b][n] for n in WEAK_GPUS],
+            "kind": "share",
+        }
+        for b in SHARE_BATCHES
+    )
+    return Section(f, sentences, series)
+
+
 def _steps_points(workload: str, folder=None) -> tuple[dict[int, float], dict]:
     root = Path(folder) if folder is not None else traces_dir() / "pollux-osdi21"
     runs = read_runs(root / workload)
@@ -392,6 +439,8 @@ __all__ = [
     "scaling_out",
     "time_to_target",
     "hardware_vs_statistical",
+    "sync_share",
+    "where_time_goes",
     "b_simple_trace",
     "critical_batch",
     "overlap",

@@ -12,6 +12,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from hpclab.views.charts import overlap as overlap_charts
+from hpclab.views.charts.facts import facts_of
 from hpclab.views.charts.scaling_charts import scaling_series
 
 YOURS = dict(size=13, symbol="star", line=dict(width=1, color="black"))
@@ -234,6 +235,45 @@ def overlap_figure(section, runs: Iterable[Any], local_batch: int) -> go.Figure:
     return fig
 
 
+def share_figure(section, runs: Iterable[Any]) -> go.Figure:
+    """Notebook 06: the synchronisation share of a step against GPUs, one line per local batch
+    (T4s packed 4 a node), and the student's allreduce share at their ranks (stars)."""
+    fig = go.Figure()
+    for k, s in enumerate(section.series):
+        fig.add_trace(
+            go.Scatter(
+                x=s["x"],
+                y=s["y"],
+                name=s["name"],
+                mode="lines+markers",
+                line=dict(color=_color(k)),
+            )
+        )
+    for f in facts_of(runs):
+        split = f.summary.get("time_split") or {}
+        if split.get("step_ms"):
+            fig.add_trace(
+                go.Scatter(
+                    x=[f.workers],
+                    y=[split["allreduce_ms"] / split["step_ms"]],
+                    name=f"your run: {f.label}",
+                    mode="markers",
+                    marker=YOURS,
+                )
+            )
+    fig.add_vrect(x0=4.5, x1=64, fillcolor="grey", opacity=0.08, line_width=0)
+    fig.update_xaxes(
+        type="log",
+        title="GPUs, 4 a node (yours: ranks on one machine)",
+        tickvals=[1, 2, 4, 8, 16, 32, 64],
+    )
+    fig.update_yaxes(title="synchronisation / step", tickformat=".0%", rangemode="tozero")
+    fig.update_layout(
+        title="Where the time goes: your ranks beside T4s (shaded: across nodes)", height=460
+    )
+    return fig
+
+
 def _color(k: int) -> str:
     palette = ("#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02")
     return palette[k % len(palette)]
@@ -244,4 +284,5 @@ __all__ = [
     "hardware_statistical_figure",
     "critical_batch_figure",
     "overlap_figure",
+    "share_figure",
 ]
