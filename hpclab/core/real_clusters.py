@@ -29,8 +29,6 @@ from pathlib import Path
 
 import numpy as np
 
-from hpclab.core.critical_batch import fit_critical_batch
-from hpclab.core.replay import granularity, hyperbola_warning
 from hpclab.core.traces import read_mlperf, read_runs, read_steps, steps_to_target, traces_dir
 
 PER_NODE = 4  # T4 GPUs in one g4dn.12xlarge node
@@ -293,95 +291,6 @@ def where_time_goes(folder=None) -> Section:
     return Section(f, sentences, series)
 
 
-def _steps_points(workload: str, folder=None) -> tuple[dict[int, float], dict]:
-    root = Path(folder) if folder is not None else traces_dir() / "pollux-osdi21"
-    runs = read_runs(root / workload)
-    return {b: float(runs[b].steps_to(TARGETS[workload])) for b in sorted(runs)}, runs
-
-
-def b_simple_trace(runs) -> tuple[int, np.ndarray, np.ndarray]:
-    """B_simple over training from the smallest-batch run, the one whose batch is B0 itself
-    (:func:`hpclab.core.traces.Run.b_simple`): its batch, iterations and B_simple."""
-    b0 = min(runs)
-    run = runs[b0]
-    bs = run.b_simple(b0)
-    keep = np.isfinite(bs) & (bs > 0)
-    return b0, run.iteration[keep], bs[keep]
-
-
-def critical_batch(folder=None) -> Section:
-    """Notebook 05: S(B) = S_min (1 + B_crit / B) fitted on Pollux's image workloads and on
-    MLPerf's ResNet-50, and B_simple over training against each fitted B_crit."""
-    f, sentences, series = {}, [], []
-    for w in ("cifar10", "imagenet"):
-        points, runs = _steps_points(w, folder)
-        fit = fit_critical_batch(list(points), list(points.values()))
-        b0, it, bs = b_simple_trace(runs)
-        at = float(np.interp(points[b0], it, bs))  # B_simple where the B0 run reached the target
-        # AdaScale, not a per-batch tuning: is E(B) = B·S(B) at least rising, as the curve says?
-        bent = hyperbola_warning(
-            list(points), list(points.values()), granularity(runs, points.items())
-        )
-        f |= {
-            f"{w}_b_crit": round(fit.b_crit),
-            f"{w}_b_crit_se": round(fit.b_crit_se),
-            f"{w}_s_min": round(fit.s_min),
-            f"{w}_rms": round(fit.rel_rms, 3),
-            f"{w}_b_simple_first": round(float(bs[0])),
-            f"{w}_b_simple_target": round(at),
-            f"{w}_ratio": round(fit.b_crit / at, 2),
-            f"{w}_samples_rise": bent is None,
-        }
-        sentences += [
-            f"{MODELS[w]} to {TARGETS[w]:.0%} (T4s, AdaScale): B_crit = {f[f'{w}_b_crit']:,} ± "
-            f"{f[f'{w}_b_crit_se']:,}, S_min = {f[f'{w}_s_min']:,} steps ({len(points)} batches "
-            f"{min(points):,}-{max(points):,}; rms residual {f[f'{w}_rms']:.1%}).",
-            f"Its B_simple (the batch-{b0} run) grows from {f[f'{w}_b_simple_first']:,} at the "
-            f"first evaluation to {f[f'{w}_b_simple_target']:,} where that run reached the "
-            f"target: B_crit / B_simple = {f[f'{w}_ratio']:.2f} there.",
-        ]
-        series += [
-            {
-                "name": MODELS[w],
-                "x": list(points),
-                "y": list(points.values()),
-                "kind": "steps",
-                "fit": fit,
-            },
-            {
-                "name": f"{MODELS[w]}, B_simple (batch {b0})",
-                "x": it.tolist(),
-                "y": bs.tolist(),
-                "kind": "b_simple",
-                "b_crit": fit.b_crit,
-                "target_step": points[b0],
-            },
-        ]
-    h100 = {r.global_batch: r.steps for r in read_mlperf()}  # 8 and 64 GPUs share 3,200
-    fit = fit_critical_batch(list(h100), list(h100.values()))
-    f |= {
-        "mlperf_b_crit": round(fit.b_crit),
-        "mlperf_b_crit_se": round(fit.b_crit_se),
-        "mlperf_largest": max(h100),
-    }
-    sentences.append(
-        f"ResNet-50 on DGX H100 (MLPerf, LARS tuned per scale), {len(h100)} batches "
-        f"{min(h100):,}-{max(h100):,}: B_crit = {f['mlperf_b_crit']:,} ± "
-        f"{f['mlperf_b_crit_se']:,} (one degree of freedom: a range, not a digit); its largest "
-        f"batch, {f['mlperf_largest']:,} on 768 GPUs, is below it."
-    )
-    series.append(
-        {
-            "name": "ResNet-50 on H100s (MLPerf)",
-            "x": list(h100),
-            "y": list(h100.values()),
-            "kind": "steps",
-            "fit": fit,
-        }
-    )
-    return Section(f, tuple(sentences), tuple(series))
-
-
 def overlap(folder=None) -> Section:
     """Notebook 13: the synchronisation a step waits for on 16 T4 nodes (one GPU each, PyTorch
     overlapping the allreduce with backprop) against the local batch, and what overlap costs
@@ -441,7 +350,5 @@ __all__ = [
     "hardware_vs_statistical",
     "sync_share",
     "where_time_goes",
-    "b_simple_trace",
-    "critical_batch",
     "overlap",
 ]

@@ -274,6 +274,48 @@ def share_figure(section, runs: Iterable[Any]) -> go.Figure:
     return fig
 
 
+def prediction_figure(section, predicted_ms: float, measured_ms) -> go.Figure:
+    """Notebook 10: predicted / measured for each of MLPerf's larger runs predicted from its 8-
+    and 64-GPU runs (the band as error bars), beside the student's 2-rank step time at a local
+    batch the planner never ran (the mean of the measured repeats)."""
+    rows = [s for s in section.series if s["kind"] == "ratio"]
+    fig = go.Figure()
+    for k, what in enumerate(("step time", "steps", "minutes", "GPU-hours")):
+        mine = [s for s in rows if s["name"].endswith(what)]
+        lo = [
+            s["predicted"] / s["measured"] - s["band"][0] / s["measured"] if s["band"] else 0
+            for s in mine
+        ]
+        hi = [
+            s["band"][1] / s["measured"] - s["predicted"] / s["measured"] if s["band"] else 0
+            for s in mine
+        ]
+        fig.add_trace(
+            go.Scatter(
+                x=[s["name"] for s in mine],
+                y=[s["predicted"] / s["measured"] for s in mine],
+                error_y=dict(type="data", symmetric=False, array=hi, arrayminus=lo),
+                mode="markers",
+                marker=dict(size=11, color=_color(k)),
+                name=f"MLPerf H100, {what} (from 8 and 64 GPUs)",
+            )
+        )
+    measured = float(np.mean(measured_ms))
+    fig.add_trace(
+        go.Scatter(
+            x=["your 2 ranks: step time"],
+            y=[predicted_ms / measured],
+            mode="markers",
+            marker=YOURS,
+            name="your held-out step time (planner fitted without it)",
+        )
+    )
+    fig.add_hline(y=1.0, line_dash="dot", line_color="grey")
+    fig.update_yaxes(type="log", title="predicted / measured (bars: the band)")
+    fig.update_layout(title="Predict someone else's 768-GPU run: predicted / measured", height=480)
+    return fig
+
+
 def _color(k: int) -> str:
     palette = ("#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02")
     return palette[k % len(palette)]
@@ -285,4 +327,5 @@ __all__ = [
     "critical_batch_figure",
     "overlap_figure",
     "share_figure",
+    "prediction_figure",
 ]
