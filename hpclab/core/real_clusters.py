@@ -1,5 +1,8 @@
 """The lab's lessons on real clusters: the quantity a notebook measures on two ranks, read from
-measured data of GPU clusters (:mod:`hpclab.core.traces`; ``data/scaling-traces/``).
+measured data of GPU clusters (:mod:`hpclab.core.traces`; ``data/scaling-traces/``). Here the
+step-time lessons: samples/s and time to target per batch (notebook 02), weak and strong scaling
+and the network's cost (04), the synchronisation share of a step (06), overlap (13); the lessons
+to a target (05, 10) are in :mod:`hpclab.core.real_targets`.
 
 Each lesson's function returns a :class:`Section`: the figures its sentences state (rounded as
 printed, so a test asserts exactly what a student reads), the sentences, and the series its chart
@@ -14,9 +17,10 @@ Horovod, a grouped allreduce that never overlaps the backward pass):
   AdaScale, not tuned per batch.
 * MLPerf Training v3.0, NVIDIA's ResNet-50 on DGX H100 (8 GPUs a node): MXNet, LARS tuned per
   scale by the submitter; time to 75.9 % top-1, the median of five runs, evaluation included.
-* McCandlish et al. 2018, "An Empirical Model of Large-Batch Training", arXiv:1812.06162:
-  S(B) = S_min (1 + B_crit / B) with the learning rate tuned per batch, and B_simple = tr Σ / |G|²
-  as its predictor of B_crit (:mod:`hpclab.core.critical_batch`).
+* Time to target = steps to target × time per step (notebook 02; the split of Koliousis et al.,
+  "Crossbow", VLDB 2019, that notebook 10's planner makes): Pollux's steps from AdaScale's runs, not a per-batch
+  tuning, so they measure AdaScale as well as the batch (McCandlish et al. 2018,
+  arXiv:1812.06162, assume the learning rate tuned per batch).
 
 Pure: NumPy and SciPy only, reads the CSVs, writes nothing.
 """

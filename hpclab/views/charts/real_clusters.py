@@ -1,6 +1,6 @@
 """The student's two ranks beside real clusters: one figure per lesson, the cluster's series from
-:mod:`hpclab.core.real_clusters` (Pollux OSDI'21 T4 traces, MLPerf v3.0 H100) and the student's
-own measurement on the same axes."""
+:mod:`hpclab.core.real_clusters` and :mod:`hpclab.core.real_targets` (Pollux OSDI'21 T4 traces,
+MLPerf v3.0 H100) and the student's own measurement on the same axes."""
 
 from __future__ import annotations
 
@@ -69,46 +69,7 @@ def critical_batch_figure(section, fit, best, b_simple: dict) -> go.Figure:
         }
     )
     for k, s in enumerate(steps):
-        color = _color(k)
-        mine = s["name"].startswith("your")
-        fig.add_trace(
-            go.Scatter(
-                x=s["x"],
-                y=s["y"],
-                name=s["name"],
-                mode="markers",
-                marker=YOURS if mine else dict(size=8),
-                marker_color=color,
-            ),
-            row=1,
-            col=1,
-        )
-        f = s["fit"]
-        b = np.geomspace(min(s["x"]) / 2, max(max(s["x"]) * 2, f.b_crit * 1.5), 60)
-        fig.add_trace(
-            go.Scatter(
-                x=b,
-                y=f.predict_steps(b),
-                mode="lines",
-                line=dict(color=color),
-                name=f"S(B) fit: B_crit {f.b_crit:,.0f}",
-                showlegend=False,
-            ),
-            row=1,
-            col=1,
-        )
-        fig.add_trace(
-            go.Scatter(
-                x=[f.b_crit],
-                y=[f.predict_steps(f.b_crit)],
-                mode="markers",
-                marker=dict(symbol="diamond", size=11, color=color),
-                name=f"B_crit {f.b_crit:,.0f}",
-                showlegend=False,
-            ),
-            row=1,
-            col=1,
-        )
+        _fitted_steps(fig, s, _color(k))
     for k, s in enumerate(x for x in section.series if x["kind"] == "b_simple"):
         fig.add_trace(
             go.Scatter(
@@ -141,6 +102,49 @@ def critical_batch_figure(section, fit, best, b_simple: dict) -> go.Figure:
     fig.update_yaxes(type="log", title="B_simple / fitted B_crit", row=1, col=2)
     fig.update_layout(title="Your critical batch beside T4 and H100 runs", height=480)
     return fig
+
+
+def _fitted_steps(fig: go.Figure, s: dict, color: str) -> None:
+    """One workload on the left panel: its points, its fitted S(B) and B_crit (a diamond)."""
+    mine = s["name"].startswith("your")
+    fig.add_trace(
+        go.Scatter(
+            x=s["x"],
+            y=s["y"],
+            name=s["name"],
+            mode="markers",
+            marker=YOURS if mine else dict(size=8),
+            marker_color=color,
+        ),
+        row=1,
+        col=1,
+    )
+    f = s["fit"]
+    b = np.geomspace(min(s["x"]) / 2, max(max(s["x"]) * 2, f.b_crit * 1.5), 60)
+    fig.add_trace(
+        go.Scatter(
+            x=b,
+            y=f.predict_steps(b),
+            mode="lines",
+            line=dict(color=color),
+            name=f"S(B) fit: B_crit {f.b_crit:,.0f}",
+            showlegend=False,
+        ),
+        row=1,
+        col=1,
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=[f.b_crit],
+            y=[f.predict_steps(f.b_crit)],
+            mode="markers",
+            marker=dict(symbol="diamond", size=11, color=color),
+            name=f"B_crit {f.b_crit:,.0f}",
+            showlegend=False,
+        ),
+        row=1,
+        col=1,
+    )
 
 
 def hardware_statistical_figure(section, speed_table, best, workers: int = 2) -> go.Figure:
