@@ -30,6 +30,14 @@ from pathlib import Path
 import nbformat
 import notebook_checks as checks
 import pytest
+from test_real_clusters import (
+    assert_critical_batch,
+    assert_hardware_vs_statistical,
+    assert_overlap,
+    assert_predict_mlperf,
+    assert_scaling_out,
+    assert_where_time_goes,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK_DIR = ROOT / "notebooks"
@@ -144,9 +152,14 @@ def _claim_02(runs_dir: Path) -> str:
     seed 2 with ONEDNN_MAX_CPU_ISA=AVX2), and at that seed the 32->128 cut (x2.19, each count
     moved one 10-step evaluation against it) fell below the 256->1,024 cut (x2.27), where seeds 0
     and 1 read x3.05 / x1.45 and x2.67 / x1.55. Notebook 05 fits the bend over all six batches,
-    with its standard error, and judges it there. The cuts and time to target are reported."""
+    with its standard error, and judges it there. The cuts and time to target are reported.
+    The section "On a real cluster" states fixed data (exact: tests/test_real_clusters.py), and
+    that 16 T4s' soonest batch is larger than any batch of this sweep."""
+    from hpclab.core import real_clusters
     from hpclab.studies import plan_measure
     from hpclab.views.charts.comparison import compare
+
+    real = assert_hardware_vs_statistical()
 
     speed_runs = [r for r in _records(runs_dir) if r.config.get("max_steps") == 32]
     speed_runs = [r for r in speed_runs if not (r.config.get("name") or "").startswith("planner")]
@@ -159,11 +172,13 @@ def _claim_02(runs_dir: Path) -> str:
     assert steps[32] > 2 * steps[1024] and samples[1024] > 2 * samples[32], best
     early, late = steps[32] / steps[128], steps[256] / steps[1024]  # reported: see above
     table = plan_measure.best_lr_table(sweep, rate).set_index("global_batch")
+    soonest_16 = real_clusters.hardware_vs_statistical().figures["soonest_16"]
+    assert soonest_16 > max(batches), (soonest_16, batches)
     return (
         f"samples/s by global batch {rate.round(0).to_dict()}; best LR {best['best_lr'].to_dict()}"
         f"; steps {steps.to_dict()}; samples {samples.to_dict()}; steps cut x{early:.2f} over "
         f"32->128 vs x{late:.2f} over 256->1024 (reported); time to target "
-        f"{table['time_to_target_s'].round(2).to_dict()} (reported)"
+        f"{table['time_to_target_s'].round(2).to_dict()} (reported); on a real cluster: {real}"
     )
 
 
@@ -224,9 +239,12 @@ def _claim_04(runs_dir: Path) -> str:
     moves more than the gap does (six passes on 2 cores: E(2) at 16 per worker 0.43-0.76, the
     gap 0.10-0.32), since a pass's 1-worker and 2-worker runs are minutes apart. As the notebook
     says, passes that disagree about the gap by more than BUSY mean the machine was too busy to
-    tell: then the check says so (a warning) instead of judging the lesson."""
+    tell: then the check says so (a warning) instead of judging the lesson. The section "On a
+    real cluster" is checked first, whatever the machine: its figures come from fixed data
+    (tests/test_real_clusters.py, exactly)."""
     from hpclab.views.charts.scaling_charts import scaling_series
 
+    real = assert_scaling_out()  # the section "On a real cluster": fixed data, exact figures
     records = _records(runs_dir)
 
     def weak(runs, prefix):  # weak-scaling E(2) by per-worker batch, for one model
@@ -256,7 +274,7 @@ def _claim_04(runs_dir: Path) -> str:
     measured = (
         f"weak E(2) CNN {cnn}, repeat {again} (gaps {gaps[0]:.3f}, {gaps[1]:.3f}; they "
         f"disagree by {disagree:.3f}); ResNet-20 {resnet}; POP factors {pop}; "
-        f"ablation: {_ablation_04(ablation)}"
+        f"ablation: {_ablation_04(ablation)}; on a real cluster: {real}"
     )
     if disagree > BUSY:
         warnings.warn(
@@ -309,13 +327,20 @@ def _claim_05(runs_dir: Path) -> str:
     measured, more than one standard error from zero; B_simple, read where each of the two
     seeds' 2-worker runs first reached the target, is positive. Their ratio is reported
     whatever it is, beside the two seeds' B_simple (not judged: McCandlish et al. expect
-    B_crit ≈ B_simple only roughly)."""
+    B_crit ≈ B_simple only roughly). The section "On a real cluster" (fixed data: exact figures
+    in tests/test_real_clusters.py) says every real B_crit is larger than any batch the sweep
+    measured: checked against this sweep's largest batch."""
+    from hpclab.core import real_targets
     from hpclab.core.critical_batch import fit_critical_batch
     from hpclab.studies import plan_measure
 
+    real = assert_critical_batch()
     sweep, best = _best_lr_sweep(runs_dir)
     fit = fit_critical_batch(list(best.index), list(best["steps"]))
     assert min(best.index) < fit.b_crit < max(best.index), fit.describe()
+    figures = real_targets.critical_batch().figures
+    real_b_crit = {w: figures[f"{w}_b_crit"] for w in ("cifar10", "imagenet", "mlperf")}
+    assert min(real_b_crit.values()) > max(best.index), (real_b_crit, list(best.index))
     assert fit.b_crit > fit.b_crit_se, fit.describe()
     runs = [r for r in _records(runs_dir) if "B_simple" in (r.config.get("name") or "")]
     b_simple = {}
@@ -327,7 +352,7 @@ def _claim_05(runs_dir: Path) -> str:
     return (
         f"{fit.describe()}; B_simple at the target by seed {pd_round(b_simple)}; "
         f"B_crit / B_simple {ratios} (± {fit.b_crit_se / min(b_simple.values()):.2f} from "
-        "B_crit's se; reported)"
+        f"B_crit's se; reported); on a real cluster: {real}"
     )
 
 
@@ -340,10 +365,13 @@ def _claim_06(runs_dir: Path) -> str:
     run's; the timeline records the negotiation; in the notebook's Amdahl sweep one rank-0
     evaluation at 2 workers takes longer than a sharded one, beyond the 1-worker repeat's noise
     (the serial part does not shrink); small allreduces are latency-bound, large ones
-    bandwidth-bound."""
+    bandwidth-bound. The section "On a real cluster" states fixed data: its figures are
+    asserted exactly (tests/test_real_clusters.py)."""
     from hpclab import load_run
     from hpclab.views.charts import serial_phase
     from hpclab.views.charts.scaling_charts import scaling_series
+
+    real = assert_where_time_goes()
 
     records = [load_run(p.parent) for p in sorted(runs_dir.glob("*/config.json"))]
     lb = {
@@ -381,7 +409,7 @@ def _claim_06(runs_dir: Path) -> str:
     assert bw[2**26] > 20 * bw[2**10], bw
     return (
         f"load balance {lb}; {said}; E(2) overall {series}; timeline ms/step {timeline}; "
-        f"allreduce ms {ms.round(3).to_dict()}"
+        f"allreduce ms {ms.round(3).to_dict()}; on a real cluster: {real}"
     )
 
 
@@ -516,8 +544,11 @@ def _claim_10(runs_dir: Path) -> str:
     interval). The notebook's 2-rank prediction at local batch 128 (a batch the fit never ran) is
     reported with its error, not judged: inside a notebook the kernel and its client share the 2
     cores with the ranks; the planner's held-out checks are judged in tests/test_planner.py,
-    where no kernel runs."""
+    where no kernel runs. The section "On a real cluster" (MLPerf's 512 and 768 GPUs predicted
+    from its 8 and 64) states fixed data: asserted exactly (tests/test_real_clusters.py)."""
     from hpclab.studies import planner
+
+    real = assert_predict_mlperf()
 
     result = planner.plan(measurements=runs_dir / "plan-measurement.json")
     best = {b.batch: b.steps for b in result.best_lr}
@@ -546,7 +577,8 @@ def _claim_10(runs_dir: Path) -> str:
         f"{ {w: round(v, 2) for w, v in shares.items()} }; 2-rank step at 128 predicted "
         f"{predicted:.3f} ms vs measured {[round(m, 3) for m in measured]} (error "
         f"{predicted / (sum(measured) / 2) - 1:+.0%}, repeats differ by "
-        f"{abs(measured[1] / measured[0] - 1):.0%}; reported, not judged)"
+        f"{abs(measured[1] / measured[0] - 1):.0%}; reported, not judged); on a real cluster: "
+        f"{real}"
     )
 
 
@@ -622,9 +654,11 @@ def _claim_13(runs_dir: Path) -> str:
     The verdicts are reported, not asserted: on two shared cores per_tensor has measured from
     15 % slower to 33 % faster than grouped beyond the spread (a CI run), and fusion off's
     exposed share a few points larger in most passes but smaller beyond the spread in one
-    rehearsal (grouped, 2026-11-27), so no direction holds on every machine."""
+    rehearsal (grouped, 2026-11-27), so no direction holds on every machine. The section "On a
+    real cluster" states fixed data: its figures are asserted exactly (tests/test_real_clusters.py)."""
     from hpclab.views.charts import overlap
 
+    real = assert_overlap()
     records = _records(runs_dir)
     arms = overlap.arms(records)
     assert len(records) == 8 and arms["runs"].sum() == 8 and len(arms) == 6, arms
@@ -636,7 +670,8 @@ def _claim_13(runs_dir: Path) -> str:
     per_tensor = found.loc[overlap.arm_name("per_tensor", 0.1, 64.0)]
     assert per_tensor["against"] == overlap.arm_name("grouped", 0.1, 64.0), per_tensor
     rates = arms.set_index("arm")["samples_per_sec"].round(1).to_dict()
-    return f"samples/s by arm {rates}; " + " ".join(overlap.takeaways(records))
+    takeaways = " ".join(overlap.takeaways(records))
+    return f"samples/s by arm {rates}; {takeaways}; on a real cluster: {real}"
 
 
 def _claim_14(runs_dir: Path) -> str:
