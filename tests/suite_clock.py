@@ -7,9 +7,10 @@ and the slowest files, and, with ``HPCLAB_TEST_TIMES=PATH``, writes every test's
 as JSON (``tests/durations.json`` is one such file, from a full run, read back below).
 
 With ``HPCLAB_TEST_BUDGET_S=N`` (``.ci/run`` sets it from CI's hard limit less the stages
-around ``make test``), before each test the run so far is projected to its end: the seconds
-still to come are the recorded seconds of the tests not yet run (``tests/durations.json``;
-a test not in it counts as the median of the recorded ones), scaled by this machine's pace so
+around ``make test``), before each test after the first the run so far is projected to its end: the seconds
+still to come are the recorded seconds of the tests not yet run (``tests/durations.json``,
+written by ``HPCLAB_TEST_TIMES=tests/durations.json make test`` on a quiet machine; a test not in
+it counts as the median of the recorded ones; without the file only the time gone counts), scaled by this machine's pace so
 far (seconds taken / seconds recorded for the tests already run, counted once a fifth of the
 recorded time has gone by, and never below 1). When the projection passes N, the session stops
 with one sentence naming the budget, the projection, the pace and the slowest kind, instead of
@@ -64,6 +65,7 @@ class SuiteClock:
         self.kinds: dict[str, str] = {}
         self.files: dict[str, str] = {}
         self.pending: list[str] = []
+        self.stopped = False  # the budget stopped the session
 
     def expected(self, nodeid: str) -> float:
         return self.recorded.get(nodeid, self.default_s)
@@ -125,11 +127,12 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     clock = _CLOCK[-1]
-    if clock.budget_s is None:
+    if clock.budget_s is None or not clock.seconds:  # nothing has run: nothing to project from
         return
     projected, pace = clock.projection()
     if projected > clock.budget_s:
         elapsed = clock.now() - clock.start
+        clock.stopped = True  # pytest prints no terminal summary for exit code 3: see below
         pytest.exit(
             f"the test stage is on course to take {projected / 60:.0f} min against its budget "
             f"of {clock.budget_s / 60:.0f} min (HPCLAB_TEST_BUDGET_S): {elapsed / 60:.0f} min "
@@ -156,9 +159,9 @@ def table_lines(clock: SuiteClock, top: int = 15) -> list[str]:
     return lines
 
 
-def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
-    clock = _CLOCK[-1]
-    if not clock.seconds:
+def _report(terminalreporter, clock: SuiteClock) -> None:
+    """The table on the terminal and, with ``HPCLAB_TEST_TIMES``, every test's seconds."""
+    if not clock.seconds or terminalreporter is None:
         return
     terminalreporter.section("where the time went (tests/suite_clock.py)")
     for line in table_lines(clock):
@@ -168,3 +171,15 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
         rows = {n: round(s, 2) for n, s in sorted(clock.seconds.items())}
         Path(out).write_text(json.dumps(rows, indent=0) + "\n")
         terminalreporter.write_line(f"every test's seconds: {out}")
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+    _report(terminalreporter, _CLOCK[-1])
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
+    """After a budget stop (outside any test's output capture), the table all the same."""
+    clock = _CLOCK[-1]
+    if clock.stopped:
+        _report(session.config.pluginmanager.get_plugin("terminalreporter"), clock)

@@ -50,11 +50,18 @@ def test_a_run_past_its_budget_stops_with_the_sentence(tmp_path):
         capture_output=True,
         text=True,
         timeout=120,
-        env={**os.environ, "PYTHONPATH": str(TESTS), "HPCLAB_TEST_BUDGET_S": "0"},
+        env={
+            **os.environ,
+            "PYTHONPATH": str(TESTS),
+            "HPCLAB_TEST_BUDGET_S": "0",
+            "HPCLAB_TEST_TIMES": str(tmp_path / "t.json"),
+        },
     )
     assert done.returncode == 3, done.stdout + done.stderr
     assert "on course to take" in done.stdout and "HPCLAB_TEST_BUDGET_S" in done.stdout
-    assert "test_two.py::test_a" in done.stdout  # stopped before the first test ran
+    assert "test_two.py::test_b" in done.stdout  # stopped before the second test ran
+    assert "where the time went" in done.stdout  # the table, though pytest prints no summary
+    assert '"test_two.py::test_a"' in (tmp_path / "t.json").read_text()
 
 
 def test_the_summary_table_has_every_kind_and_the_slowest_files():
