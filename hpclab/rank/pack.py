@@ -152,9 +152,11 @@ class Pack:
         order = "F" if fortran else "C"
         return np.memmap(self.folder / PACK, dtype, "r", offset + f.tell(), shape, order)
 
-    def __del__(self):
+    def __del__(self, _close=os.close):
+        # os.close bound at definition: at interpreter exit the module's globals may already be
+        # None when the last Pack is collected ("'NoneType' object has no attribute 'close'").
         if self.fd is not None:
-            os.close(self.fd)
+            _close(self.fd)
 
 
 __all__ = ["PACK", "INDEX", "Pack", "write"]
