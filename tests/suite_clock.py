@@ -143,7 +143,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         )
 
 
-def table_lines(clock: SuiteClock, top: int = 15) -> list[str]:
+def table_lines(clock: SuiteClock, top: int = 30) -> list[str]:
     """The summary: seconds by kind (all of them), then the ``top`` slowest files."""
     total = sum(clock.seconds.values()) or 1.0
     lines = [f"{'kind':<12}{'tests':>7}{'seconds':>10}{'share':>8}"]
