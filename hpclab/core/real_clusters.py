@@ -57,6 +57,11 @@ class Section:
     series: tuple[dict, ...] = field(default=())
 
 
+def line(name: str, points: dict, kind: str, **extra) -> dict:
+    """One of :attr:`Section.series` from ``{x: y}``: what the chart draws."""
+    return {"name": name, "x": list(points), "y": list(points.values()), "kind": kind, **extra}
+
+
 def pollux(workload: str = WORKLOAD, folder=None):
     """A Pollux workload's step rows."""
     root = Path(folder) if folder is not None else traces_dir() / "pollux-osdi21"
@@ -141,21 +146,8 @@ def scaling_out(folder=None) -> Section:
         f"efficiency of {f['mlperf_efficiency']:.2f} against 8 GPUs.",
     )
     series = (
-        *(
-            {
-                "name": f"T4s, weak, {b} per GPU",
-                "x": list(weak[b]),
-                "y": list(weak[b].values()),
-                "kind": "weak",
-            }
-            for b in weak
-        ),
-        {
-            "name": "T4s, strong, global batch 160-163",
-            "x": list(strong),
-            "y": list(strong.values()),
-            "kind": "strong",
-        },
+        *(line(f"T4s, weak, {b} per GPU", weak[b], "weak") for b in weak),
+        line("T4s, strong, global batch 160-163", strong, "strong"),
         {
             "name": f"H100s (MLPerf), strong, global batch {h100[8].global_batch:,} (vs 8 GPUs)",
             "x": [8, 64],
@@ -234,16 +226,8 @@ def hardware_vs_statistical(folder=None) -> Section:
             }
             for n in rate
         ),
-        {
-            "name": "ResNet-50 on ImageNet (T4s)",
-            "x": list(to_target),
-            "y": list(to_target.values()),
-            "kind": "steps",
-        },
-        *(
-            {"name": f"{n} T4s", "x": list(hours[n]), "y": list(hours[n].values()), "kind": "time"}
-            for n in hours
-        ),
+        line("ResNet-50 on ImageNet (T4s)", to_target, "steps"),
+        *(line(f"{n} T4s", hours[n], "time") for n in hours),
     )
     return Section(f, sentences, series)
 

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from hpclab.core.critical_batch import fit_critical_batch
-from hpclab.core.real_clusters import MODELS, TARGETS, Section
+from hpclab.core.real_clusters import MODELS, TARGETS, Section, line
 from hpclab.core.replay import granularity, hyperbola_warning
 from hpclab.core.traces import read_mlperf, read_runs, traces_dir
 
@@ -165,13 +165,7 @@ def critical_batch(folder=None) -> Section:
             f"target: B_crit / B_simple = {f[f'{w}_ratio']:.2f} there.",
         ]
         series += [
-            {
-                "name": MODELS[w],
-                "x": list(points),
-                "y": list(points.values()),
-                "kind": "steps",
-                "fit": fit,
-            },
+            line(MODELS[w], points, "steps", fit=fit),
             {
                 "name": f"{MODELS[w]}, B_simple (batch {b0})",
                 "x": it.tolist(),
@@ -194,15 +188,7 @@ def critical_batch(folder=None) -> Section:
         f"{f['mlperf_b_crit_se']:,} (one degree of freedom: a range, not a digit); its largest "
         f"batch, {f['mlperf_largest']:,} on 768 GPUs, is below it."
     )
-    series.append(
-        {
-            "name": "ResNet-50 on H100s (MLPerf)",
-            "x": list(h100),
-            "y": list(h100.values()),
-            "kind": "steps",
-            "fit": fit,
-        }
-    )
+    series.append(line("ResNet-50 on H100s (MLPerf)", h100, "steps", fit=fit))
     return Section(f, tuple(sentences), tuple(series))
 
 
