@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import stat
 import subprocess
 import sys
 import tempfile
@@ -64,10 +63,8 @@ STUDENT_SCRIPT = textwrap.dedent(
 
 def _closed_ancestor(path: Path) -> tuple[Path, Path] | None:
     """(the first folder above `path` other users cannot enter, its child on the way), or None."""
-    for parent in reversed(path.parents):  # from / downwards
-        if parent != Path("/") and not parent.stat().st_mode & stat.S_IXOTH:
-            return parent, parent / path.relative_to(parent).parts[0]
-    return None
+    folder = reachable.closed_folder(path)
+    return None if folder is None else (folder, folder / path.relative_to(folder).parts[0])
 
 
 def _as_user(name: str, argv: list[str], env: dict, cwd: str, timeout: float):
