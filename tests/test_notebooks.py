@@ -799,6 +799,21 @@ def kernel_dirs(tmp_path_factory):
     return [str(root)]
 
 
+def _slowest_cells(nb, n: int = 4) -> str:
+    """The `n` code cells that took longest (nbclient's own timestamps), as "[index] seconds
+    first-line": where a notebook's time goes, for whoever sizes its runs."""
+    from datetime import datetime
+
+    took = []
+    for i, cell in enumerate(nb.cells):
+        when = cell.get("metadata", {}).get("execution", {})
+        start, end = when.get("iopub.execute_input"), when.get("shell.execute_reply")
+        if cell.cell_type == "code" and start and end:
+            seconds = (datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds()
+            took.append((seconds, i, cell.source.strip().splitlines()[0][:40]))
+    return "; ".join(f"[{i}] {s:.0f} s {first!r}" for s, i, first in sorted(took)[::-1][:n])
+
+
 SHARED_RUNS = {"05_critical_batch": "02_hardware_vs_statistical"}  # reader: the runs it reuses
 
 
@@ -852,7 +867,11 @@ def test_notebook_runs_top_to_bottom(
     elapsed = time.perf_counter() - t0
     record_property("seconds", round(elapsed, 1))
     with capsys.disabled():
-        print(f"\n[notebook] {path.name}: {elapsed:.0f} s top to bottom", flush=True)
+        print(
+            f"\n[notebook] {path.name}: {elapsed:.0f} s top to bottom; slowest cells "
+            f"{_slowest_cells(nb)}",
+            flush=True,
+        )
     assert runs.is_dir() and any(runs.iterdir()), (
         f"{path.name} ran but recorded no run under HPCLAB_RUNS"
     )
