@@ -34,11 +34,13 @@ with Lab(workers=2) as lab:
 """
 
 
-@pytest.mark.parametrize("pause_s", [12, 40])
+@pytest.mark.parametrize("pause_s", [40])
 def test_a_client_paused_mid_run_finds_its_run_training_and_every_row_recorded(tmp_path, pause_s):
-    """12 s is past the watchdog's 8 s bound; both are past what the live messages reach back
+    """40 s is past the watchdog's 8 s bound and past what the live messages reach back
     (Publisher.RESEND messages), so the rows of the pause come from rank 0's log in the run
-    folder (hpclab.cluster.intake)."""
+    folder (hpclab.cluster.intake). A shorter pause past the same two bounds (12 s) takes the
+    same path with fewer rows to bring back; the watchdog's rule itself is unit-tested on a moved
+    clock (tests/test_watchdog.py)."""
     proc = client_process.start(CLIENT, tmp_path)
     try:
         rows_before = int(client_process.read_line(proc, "ROWS ", timeout=240)[len("ROWS ") :])

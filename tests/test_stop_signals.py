@@ -1,7 +1,8 @@
 """What a stopping signal meant (hpclab/tools/stop_signals.py), with Slurm's answer given as
 squeue gives it: the record of a stopped run says walltime, preempted, cancelled or terminated.
-The signals themselves are sent for real in tests/test_cli.py (SIGTERM, SIGUSR1 to `hpclab run`)
-and tests/slurm/test_modes.py (scancel to a batch job)."""
+The signals themselves are sent for real in tests/test_cli.py (SIGTERM to `hpclab run`),
+tests/slurm/test_resume_job.py (SIGUSR1 to a batch job's shell) and tests/slurm/test_modes.py
+(scancel to a batch job)."""
 
 import os
 import signal
