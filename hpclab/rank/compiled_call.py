@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 
+from hpclab.core.catalog import is_user_model
 from hpclab.core.pop import STEP_PARTS
 from hpclab.rank.meters import DECISIONS, REDUCED
 from hpclab.rank.step import SUMS
@@ -49,11 +50,19 @@ class CompiledCall:
             tf.TensorSpec([3], tf.float32),
             scalar,
         ]
-        self.function = tf.function(self._call, input_signature=signature)
+        # AutoGraph off: the call and the step spell their control flow in TensorFlow's own ops
+        # (while_loop, cond), so there is nothing to convert, and converting costs every fresh
+        # engine's first run seconds (AutoGraph transpiles the step's and every Keras layer's
+        # Python source once per process: 6.5 of a first trace's 7.2 s on one rank, 0.7 s
+        # after). A model of the user's own may rely on it (Python `if` on a tensor in a
+        # layer's call), so with one AutoGraph stays on.
+        self.function = tf.function(
+            self._call, input_signature=signature, autograph=is_user_model(step.cfg.model)
+        )
         # stamp_pairs (make bench): every other call runs a twin traced without any timestamp,
         # so the stamps' cost is read from adjacent calls of one run (the load drifts slowly)
         paired = step.cfg.stamp_pairs and step.stamp.on and not step.every_step
-        # (traced without AutoGraph: _call needs none, and AutoGraph's conversion of the step's
+        # (traced without AutoGraph whatever the model: AutoGraph's conversion of the step's
         # methods under the pausing `with` dropped their `self`)
         self.untimed = (
             tf.function(self._untimed, input_signature=signature, autograph=False)

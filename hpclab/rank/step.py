@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import contextlib
 
+from hpclab.core.catalog import is_user_model
 from hpclab.core.devices import split_method
 from hpclab.core.pop import STEP_PARTS
 from hpclab.rank.features import averaging, clipping, sdc, staleness, straggler, weighting
@@ -162,7 +163,11 @@ class Step:
         )
         self.detect = cfg.spike_factor > 0  # the detector's loss rides in the exchange
         self.exchange = self._exchange_of_run()
-        grads = tf.function(self._loss_and_grads, jit_compile=True) if cfg.xla else None
+        grads = (  # AutoGraph as for the call around it (hpclab.rank.compiled_call)
+            tf.function(self._loss_and_grads, jit_compile=True, autograph=is_user_model(cfg.model))
+            if cfg.xla
+            else None
+        )
         self.loss_and_grads = grads or self._loss_and_grads
 
     def _exchange_of_run(self):

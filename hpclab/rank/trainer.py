@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from hpclab.core.catalog import MAX_ROLLBACKS, MAX_STEPS_PER_CALL, RANK_LISTS_MAX
+from hpclab.core.catalog import MAX_ROLLBACKS, MAX_STEPS_PER_CALL, RANK_LISTS_MAX, is_user_model
 from hpclab.core.config import RunConfig
 from hpclab.core.filedata import is_file_dataset
 from hpclab.core.health import judge
@@ -179,6 +179,7 @@ class Trainer:
                 subset=cfg.eval_samples,
                 batch=cfg.batch_per_worker,
                 mode=cfg.validation,
+                autograph=is_user_model(cfg.model),
             )
         self.eval_every = self.plan.eval_every if self.val is not None else 0
         # the LR as a function of the step: RunPlan.lr_at(step) in float32, no per-step table

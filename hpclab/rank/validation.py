@@ -35,6 +35,7 @@ class Validation:
         subset: int,
         batch: int,
         mode: str = "sharded",
+        autograph: bool = False,
     ):
         import horovod.tensorflow as hvd
         import tensorflow as tf
@@ -56,8 +57,10 @@ class Validation:
         if n >= (self.world if mode == "sharded" else 1):  # every shard needs a sample
             self.sub = tuple(map(tf.constant, mine(x_val[:n], y_val[:n])))
         x_spec = tf.TensorSpec([None, *x_val.shape[1:]], tf.float32)
-        self.call = tf.function(
-            self._call, input_signature=[x_spec, tf.TensorSpec([None], tf.int32)]
+        self.call = tf.function(  # `autograph`: as for training (hpclab.rank.compiled_call)
+            self._call,
+            input_signature=[x_spec, tf.TensorSpec([None], tf.int32)],
+            autograph=autograph,
         )
 
     def _call(self, x, y):
