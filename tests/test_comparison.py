@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 from fakes import write_run
 
+from hpclab.core.config import RunConfig
 from hpclab.core.pop import PARTS
 from hpclab.records.store import load_run
 from hpclab.views.charts.batch_charts import accuracy_vs_batch, steps_to_target_chart
@@ -24,7 +25,13 @@ from hpclab.views.charts.outcomes import (
     steps_to_target,
     time_to_target,
 )
-from hpclab.views.charts.scaling_charts import pop_factors, scaling_efficiency, scaling_series
+from hpclab.views.charts.scaling_charts import (
+    batch_effect,
+    judge,
+    pop_factors,
+    scaling_efficiency,
+    scaling_series,
+)
 
 SAMPLES = 20_000  # MNIST-1D samples generated for these runs
 TRAIN = 16_000  # 20 % of them are held out for validation
@@ -285,6 +292,50 @@ def test_scaling_efficiency_relative_to_smallest_worker_count(tmp_path):
     eff = [t for t in fig.data if t.xaxis == "x2" and t.mode == "lines+markers"]
     assert len(eff) == 1 and "relative to N=2" in eff[0].name
     np.testing.assert_allclose(eff[0].y, [1.0, 24 / (4 * 8)])  # T_1 taken as 16k / 2
+
+
+@pytest.mark.parametrize(
+    ("gaps", "noise", "verdict"),
+    [
+        ([0.30, 0.20], 0.10, "shown"),  # both passes, mean 0.25 beats their disagreement
+        ([0.127, 0.037], 0.09, "within the noise"),  # CI's pass: mean 0.082 within 0.09
+        ([0.05, -0.01], 0.06, "within the noise"),  # one pass each way
+        ([-0.30, -0.20], 0.10, "reversed"),
+        ([0.50, 0.30], 0.20, "shown"),  # a busy machine's noise, beaten all the same
+        ([0.10, 0.30], 0.20, "too busy to tell"),  # not beaten, and the noise beyond BUSY
+    ],
+)
+def test_judge_a_difference_against_the_passes_disagreement(gaps, noise, verdict):
+    assert judge(gaps, noise) == verdict
+
+
+def test_batch_effect_reads_each_pass_gap_between_its_smallest_and_largest_batch(tmp_path):
+    rates = {  # (pass, per-worker batch) -> samples/s on 1 and 2 workers
+        ("first", 16): (1000.0, 1200.0),  # E(2) 0.6
+        ("first", 1024): (9000.0, 16200.0),  # 0.9
+        ("repeat", 16): (1000.0, 1400.0),  # 0.7
+        ("repeat", 1024): (9000.0, 17100.0),  # 0.95
+    }
+    runs: dict[str, list[Path]] = {"first": [], "repeat": []}
+    for (which, batch), pair in rates.items():
+        for n, t in zip((1, 2), pair):
+            runs[which].append(
+                write_run(
+                    tmp_path / which,
+                    num_samples=SAMPLES,
+                    batch_per_worker=batch,
+                    workers=n,
+                    val_accs=[0.5],
+                    samples_per_sec=t,
+                )
+            )
+    effect = batch_effect(runs["first"], runs["repeat"], model=RunConfig().model)
+    assert effect["per-worker batches"] == [16, 1024]
+    assert effect["E(2) first pass"] == {16: 0.6, 1024: 0.9}
+    assert effect["gaps"] == [0.3, 0.25] and effect["noise"] == 0.05
+    assert effect["verdict"] == "shown"
+    with pytest.raises(ValueError, match="two batches in both passes"):
+        batch_effect(runs["first"], runs["repeat"][:2], model=RunConfig().model)
 
 
 def test_pop_factors_take_each_weak_e_n_apart_from_the_runs_time_splits(tmp_path):

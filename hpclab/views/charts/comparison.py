@@ -42,7 +42,12 @@ from hpclab.views.charts.outcomes import (
     time_done,
     time_to_target,
 )
-from hpclab.views.charts.scaling_charts import pop_factors, scaling_efficiency, scaling_series
+from hpclab.views.charts.scaling_charts import (
+    batch_effect,
+    pop_factors,
+    scaling_efficiency,
+    scaling_series,
+)
 from hpclab.views.charts.skeleton import RUN_COLORS
 
 __all__ = [
@@ -53,6 +58,7 @@ __all__ = [
     "TARGET_FRACTION",
     "accuracy_vs_batch",
     "as_run",
+    "batch_effect",
     "default_target",
     "describe_target",
     "facts_of",

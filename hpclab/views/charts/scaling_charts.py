@@ -149,6 +149,61 @@ def scaling_series(records: Iterable[Any], rate: str = "training") -> list[dict]
     return out
 
 
+BUSY = 0.15  # passes disagreeing about a difference of E(2) by more: too busy to tell
+
+
+def weak_efficiency(records: Iterable[Any], model: str) -> dict[int, float]:
+    """Weak-scaling E(2) of one model's 1-vs-2-worker pairs, by per-worker batch."""
+    return {
+        s["runs"][1][0].global_batch: float(s["efficiency"][-1])
+        for s in scaling_series(records)
+        if s["kind"] == "weak" and s["workers"] == [1, 2] and s["name"].startswith(f"{model}:")
+    }
+
+
+def judge(gaps: list[float], noise: float) -> str:
+    """One verdict rule for a difference measured in two passes, against ``noise`` (how far
+    the passes disagree): "shown" when both passes show it and their mean beats the noise;
+    "reversed" when the mean beats the noise the other way; otherwise "too busy to tell" when
+    the noise exceeds BUSY, else "within the noise". Two passes are the least that measures a
+    spread at all, so the rule asks the mean to beat their whole disagreement; an effect that
+    beats even a busy machine's noise is still shown."""
+    mean = sum(gaps) / len(gaps)
+    if min(gaps) > 0 and mean > noise:
+        return "shown"
+    if mean < -noise:
+        return "reversed"
+    return "too busy to tell" if noise > BUSY else "within the noise"
+
+
+def batch_effect(first: Iterable[Any], repeat: Iterable[Any], model: str = "cnn1d") -> dict:
+    """How much weak-scaling E(2) gains from the smallest to the largest per-worker batch that
+    both passes measured, in each pass, judged against the passes' disagreement (:func:`judge`).
+
+    The gap is read within a pass: a pass's 1- and 2-worker runs are minutes apart, so the
+    level of E(2) moves between passes more than the gap does. Per-step costs (the allreduce,
+    the call, the wait) do not shrink with the batch, so a small batch should scale worse."""
+    e_first, e_again = weak_efficiency(first, model), weak_efficiency(repeat, model)
+    both = sorted(set(e_first) & set(e_again))
+    if len(both) < 2:
+        raise ValueError(
+            f"batch_effect needs weak-scaling pairs of {model!r} at two batches in both passes; "
+            f"the first pass has {sorted(e_first)}, the repeat {sorted(e_again)}."
+        )
+    small, large = both[0], both[-1]
+    gaps = [e[large] - e[small] for e in (e_first, e_again)]
+    noise = abs(gaps[0] - gaps[1])
+    return {
+        "model": model,
+        "per-worker batches": [small, large],
+        "E(2) first pass": {b: round(e_first[b], 3) for b in both},
+        "E(2) repeat": {b: round(e_again[b], 3) for b in both},
+        "gaps": [round(g, 3) for g in gaps],
+        "noise": round(noise, 3),
+        "verdict": judge(gaps, noise),
+    }
+
+
 def pop_factors(records: Iterable[Any]) -> pd.DataFrame:
     """Each weak-scaling series' E(N) taken apart into POP's factors
     (:func:`hpclab.core.pop.weak_scaling_factors`): load balance x communication efficiency x
