@@ -36,7 +36,9 @@ def test_sixteen_engines_start_train_publish_and_stop_within_a_bound(tmp_path):
             while len(arrivals) < len(run.history):
                 arrivals.append(time.perf_counter())
             time.sleep(0.2)
-        assert not run.done and len(run.history) >= 4, "no live rows from 16 ranks"
+        assert not run.done and len(run.history) >= 4, (
+            f"no live rows from 16 ranks: {run.status}, {len(run.history)} rows, {run.error}"
+        )
         # A row per call: a stop lands at the next call boundary, so its bound is a few calls of
         # this machine (a 2x slower one measured 8.09 s), never less than STOP_BOUND_S.
         call_s = max(b - a for a, b in zip(arrivals[1:], arrivals[2:]))
