@@ -240,9 +240,14 @@ def _claim_04(runs_dir: Path) -> str:
     two passes against how far the passes disagree about it, and ResNet-20's E(2) against the
     small-batch CNN's of both passes against how far those two disagree. A verdict "reversed"
     fails: the effect went the other way beyond the noise. "within the noise" and "too busy to
-    tell" are what two shared cores may honestly say (a warning, as the notebook says): six
-    passes on 2 cores measured the gap 0.10-0.32 and one CI pass 0.127 beside 0.037."""
-    from hpclab.views.charts.scaling_charts import batch_effect, judge, weak_efficiency
+    tell" are what two shared cores may honestly say (a warning, as the notebook says): there
+    the gap is near the noise (passes on 2 cores measured it from 0.04 to 0.32)."""
+    from hpclab.views.charts.scaling_charts import (
+        batch_effect,
+        judge,
+        pop_factors,
+        weak_efficiency,
+    )
 
     real = assert_scaling_out()  # the section "On a real cluster": fixed data, exact figures
     records = _records(runs_dir)
@@ -255,8 +260,6 @@ def _claim_04(runs_dir: Path) -> str:
     (resnet,) = weak_efficiency(first, "resnet20").values()
     small = [effect["E(2) first pass"][16], effect["E(2) repeat"][16]]
     resnet_verdict = judge([resnet - e for e in small], abs(small[0] - small[1]))
-    from hpclab.views.charts.scaling_charts import pop_factors
-
     table = pop_factors(first)  # the notebook's POP table: read by the student, not a take-away
     cols = ["series", "E (split)", "load balance", "comm efficiency", "computation scalability"]
     pop = {

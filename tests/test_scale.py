@@ -28,8 +28,8 @@ STOP_BOUND_S = 8.0
 def test_sixteen_engines_start_train_publish_and_stop_within_a_bound(tmp_path):
     cfg = RunConfig(model="mlp", num_samples=8000, batch_per_worker=8, epochs=500, seed=1)
     # The data set is generated here before the engines start (9 s), not by rank 0 at an eighth
-    # of a core while 15 ranks wait in a collective: this test took 230 s on a fresh clone that
-    # way, 105-130 s with the file cached. What it measures is start, run and stop.
+    # of a core while 15 ranks wait in a collective (about 2 minutes): what this test measures
+    # is start, run and stop.
     data = tmp_path / "data"
     load_arrays(cfg.to_dict(), data)
     lab = Lab(workers=WORKERS, runs_dir=tmp_path, data_dir=data, start_timeout=600, verbose=False)
