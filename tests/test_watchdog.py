@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from hpclab.cluster.watchdog import Watchdog, oversubscription, process_state
+from hpclab.cluster.watchdog import Watchdog, process_state
 from hpclab.rank.heartbeat import KEY, Heartbeat, Progress
 
 
@@ -112,29 +112,6 @@ def test_the_start_counts_as_a_sign_of_life_and_repeats_are_not():
     dog.observe(1, 1)  # the same counter again is not a beat
     clock.now += 4
     assert set(dog.silent()) == {0, 1} and dog.silent(longer_than=30) == {}
-
-
-def test_ranks_sharing_cores_get_a_hang_bound_as_many_times_longer():
-    """16 ranks on one host whose ranks may use 2 CPUs: each runs an eighth of the time, so its
-    bound is 8 x 8 s; two ranks on 2 CPUs, or ranks whose CPUs are unknown, keep 8 s. Ranks of
-    another host are not counted against this one's CPUs."""
-    crowded = [{"rank": r, "pid": r, "host": "a", "cpus": 2} for r in range(16)]
-    assert oversubscription(crowded[0], crowded) == 8.0
-    assert oversubscription(crowded[0], crowded[:2]) == 1.0
-    assert oversubscription(RANKS[0], RANKS) == 1.0  # cpus unknown
-    split = [{"rank": r, "host": "ab"[r % 2], "cpus": 2} for r in range(8)]
-    assert oversubscription(split[0], split) == 2.0
-    clock = Clock()
-    dog = Watchdog(crowded, hang_s=8, clock=clock)
-    for r in range(16):
-        dog.observe(r, 1)
-    clock.now += 30
-    assert dog.verdict() is None  # 30 s of silence at a sixteenth of the host each: not a hang
-    clock.now += 40
-    assert dog.verdict().startswith("no rank sent a heartbeat for 70 s")
-    pair = Watchdog(crowded[:2], hang_s=8, clock=clock)
-    clock.now += 9
-    assert set(pair.silent()) == {0, 1}
 
 
 def test_process_state_of_a_stopped_process_on_this_host():

@@ -28,8 +28,7 @@ from hpclab.rank.heartbeat import STAGES, WAITING
 
 #: A rank silent this long stopped responding (heartbeats come every second). Shorter than the
 #: ten missed controller heartbeats after which ipyparallel declares an engine dead (~10 s with
-#: hpclab.cluster.launch.HEARTBEAT_MS), so a hang is named as a hang, not as a death. A rank on
-#: an oversubscribed host gets longer (:func:`oversubscription`).
+#: hpclab.cluster.launch.HEARTBEAT_MS), so a hang is named as a hang, not as a death.
 HANG_S = 8.0
 #: A rank whose stage (hpclab.rank.heartbeat.STAGES) lasts longer than this makes no progress:
 #: the default of ``EngineSettings.stall_s``, which also sets Horovod's own stall warning.
@@ -66,7 +65,6 @@ class Watchdog:
         stall_s: float = STALL_S,
     ):
         self.ranks, self.hang_s, self.clock = ranks, float(hang_s), clock
-        self._hang_s = [self.hang_s * oversubscription(rank, ranks) for rank in ranks]
         self.pause_s, self.stall_s = float(pause_s), float(stall_s)
         self._progress: list[dict] = [{} for _ in ranks]
         now = clock()
@@ -155,26 +153,18 @@ class Watchdog:
                 sentence += f"; rank(s) {', '.join(map(str, waiting))} wait for it in a collective"
         return sentence
 
-    def silent(
-        self, among: list[int] | None = None, longer_than: float | None = None, share: float = 1.0
-    ):
-        """Ranks (of `among`, default all) silent longer than `longer_than` seconds, default
-        `share` of their own hang bound (``hang_s`` times the rank's :func:`oversubscription`)
+    def silent(self, among: list[int] | None = None, longer_than: float | None = None):
+        """Ranks (of `among`, default all) silent longer than `longer_than` (default hang_s)
         → seconds silent."""
-        now = self.clock()
+        now, limit = self.clock(), self.hang_s if longer_than is None else longer_than
         ranks = range(len(self.ranks)) if among is None else among
-        return {
-            r: now - self._changed[r]
-            for r in ranks
-            if now - self._changed[r]
-            > (share * self._hang_s[r] if longer_than is None else longer_than)
-        }
+        return {r: now - self._changed[r] for r in ranks if now - self._changed[r] > limit}
 
     def all_silent(self, among: list[int]) -> bool:
         """Every one of several ranks silent together: past the limit, or within half of it (the
         ranks' last beats arrived a second or so apart; the first to cross the limit must not
         be named alone when the path from all of them is what broke)."""
-        return len(among) > 1 and len(self.silent(among, share=0.5)) == len(among)
+        return len(among) > 1 and len(self.silent(among, self.hang_s / 2)) == len(among)
 
     def verdict(self, among: list[int] | None = None, link: str = "") -> str | None:
         """A sentence naming the silent rank(s), or None while every rank beats.
@@ -206,21 +196,6 @@ class Watchdog:
         return "; ".join(parts)
 
 
-def oversubscription(rank: dict, ranks: list[dict]) -> float:
-    """How many ranks share each CPU of `rank`'s host: the ranks on that host over the CPUs a
-    rank may run on (its affinity, ``cpus`` in lab.ranks), never below 1; 1 when unknown.
-
-    A rank that shares a core with k-1 others runs a k-th of the time, so a stretch in which its
-    heartbeat thread waits for the GIL (the training loop's Python between calls, TensorFlow's
-    graph building) lasts k times as long in wall time: 16 ranks on 2 cores measured silences of
-    up to 3.3 s here (1.2 s typical) where 2 ranks stay near the 1 s beat."""
-    cpus = int(rank.get("cpus") or 0)
-    if cpus <= 0:
-        return 1.0
-    on_host = sum(1 for r in ranks if r.get("host") == rank.get("host"))
-    return max(1.0, on_host / cpus)
-
-
 def process_state(rank: dict) -> str:
     """What psutil says of a rank's process on this host ('' elsewhere or when it looks fine)."""
     if rank.get("host") != platform.node() or not rank.get("pid"):
@@ -236,4 +211,4 @@ def process_state(rank: dict) -> str:
     return _STATES.get(status, "")
 
 
-__all__ = ["Watchdog", "HANG_S", "STALL_S", "oversubscription", "process_state"]
+__all__ = ["Watchdog", "HANG_S", "STALL_S", "process_state"]
